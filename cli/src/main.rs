@@ -1,0 +1,292 @@
+//! The `idem` command line: parses arguments, calls the engine, renders results.
+//!
+//! Exit codes: 0 success; 1 the run failed while reading, computing or writing (the
+//! table is left with every partition old or new); 2 bad input — arguments, job file,
+//! SQL, or a determinism or layout check — and nothing was written.
+
+mod render;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use idem_engine::job::Job;
+use idem_engine::params::Var;
+use idem_engine::run::{RunOptions, RunReport};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "idem",
+    version,
+    about = "Idempotent batch pipelines: SQL transforms of a logical date, published atomically as Hive-partitioned Parquet."
+)]
+struct Cli {
+    /// Log what idem does (-v info, -vv debug) to stderr.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a job for one logical date and publish its partitions.
+    Run(RunArgs),
+    /// Run a job for every date of a range, newest first.
+    Backfill(BackfillArgs),
+    /// Show a table's partitions as their manifests describe them.
+    Status(StatusArgs),
+    /// Generate deterministic sample data.
+    #[command(subcommand)]
+    Gen(GenCommand),
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The job file (TOML).
+    job: PathBuf,
+    /// The logical date: YYYY-MM-DD (day), YYYY-MM-DDTHH (hour), YYYY-MM (month).
+    #[arg(long)]
+    date: String,
+    /// A SQL parameter, `name=value` or `name:type=value` (int, float, bool, date,
+    /// timestamp); used in the SQL as $name.
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct BackfillArgs {
+    job: PathBuf,
+    /// First logical date (inclusive).
+    #[arg(long)]
+    from: String,
+    /// Last logical date (inclusive).
+    #[arg(long)]
+    to: String,
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
+    /// Run the oldest date first (default: newest first).
+    #[arg(long)]
+    oldest_first: bool,
+    /// Stop at the first failed date.
+    #[arg(long)]
+    fail_fast: bool,
+    /// Print one JSON object per date on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    /// The table's root directory.
+    table: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum GenCommand {
+    /// Raw orders, Hive-partitioned by created_date (Parquet).
+    Orders {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value = "2026-06-01")]
+        start: String,
+        #[arg(long, default_value_t = 7)]
+        days: u32,
+        #[arg(long, default_value_t = 1000)]
+        rows_per_day: u64,
+        #[arg(long, default_value_t = 1000)]
+        customers: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Customers as CSV (customer_id, email, country, signup_date).
+    Customers {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 1000)]
+        customers: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            let bad_input = err
+                .downcast_ref::<idem_engine::Error>()
+                .is_some_and(|e| e.is_bad_input());
+            eprintln!("error: {err:#}");
+            ExitCode::from(if bad_input { 2 } else { 1 })
+        }
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn parse_vars(vars: &[String]) -> Result<Vec<Var>, idem_engine::Error> {
+    vars.iter().map(|v| Var::parse(v)).collect()
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run(args) => {
+            let job = Job::load(&args.job)?;
+            let opts = RunOptions {
+                date: args.date.clone(),
+                vars: parse_vars(&args.vars)?,
+            };
+            let progress = render::Progress::new(!args.json && std::io::stderr().is_terminal());
+            let report = runtime()?.block_on(idem_engine::run::run(
+                &job,
+                &opts,
+                Arc::clone(&progress) as _,
+            ));
+            progress.finish();
+            let report = report?;
+            print_report(&report, args.json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Backfill(args) => backfill(args),
+        Command::Status(args) => {
+            let status = idem_engine::status::status(&args.table)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                render::status(&status);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Gen(g) => gen_data(g),
+    }
+}
+
+fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+    } else {
+        render::report(report);
+    }
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(())
+}
+
+fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
+    let job = Job::load(&args.job)?;
+    let vars = parse_vars(&args.vars)?;
+    let mut dates = idem_engine::window::dates_between(job.target.grain, &args.from, &args.to)?;
+    if !args.oldest_first {
+        dates.reverse();
+    }
+    let rt = runtime()?;
+    let mut failed = 0usize;
+    for date in &dates {
+        let opts = RunOptions {
+            date: date.clone(),
+            vars: vars.clone(),
+        };
+        let progress = render::Progress::new(!args.json && std::io::stderr().is_terminal());
+        let result = rt.block_on(idem_engine::run::run(
+            &job,
+            &opts,
+            Arc::clone(&progress) as _,
+        ));
+        progress.finish();
+        match result {
+            Ok(report) => print_report(&report, args.json)?,
+            Err(e) => {
+                failed += 1;
+                if args.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"logical_date": date, "error": e.to_string()})
+                    );
+                } else {
+                    eprintln!("error: {date}: {e}");
+                }
+                if e.is_bad_input() || args.fail_fast {
+                    return Ok(ExitCode::from(if e.is_bad_input() { 2 } else { 1 }));
+                }
+            }
+        }
+    }
+    if !args.json {
+        println!(
+            "backfill {}: {} dates, {} failed",
+            job.name,
+            dates.len(),
+            failed
+        );
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn gen_data(g: GenCommand) -> anyhow::Result<ExitCode> {
+    match g {
+        GenCommand::Orders {
+            out,
+            start,
+            days,
+            rows_per_day,
+            customers,
+            seed,
+        } => {
+            let start = chrono::NaiveDate::parse_from_str(&start, "%Y-%m-%d")
+                .with_context(|| format!("--start `{start}` is not YYYY-MM-DD"))?;
+            let spec = idem_testdata::OrdersSpec {
+                start,
+                days,
+                rows_per_day,
+                customers,
+                seed,
+            };
+            let files = idem_testdata::write_orders(&out, &spec)?;
+            eprintln!("wrote {} files under {}", files.len(), out.display());
+        }
+        GenCommand::Customers {
+            out,
+            customers,
+            seed,
+        } => {
+            let path = idem_testdata::write_customers_csv(&out, customers, seed)?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,151 @@
+//! Human output: a spinner while a run works (only on a terminal), then a summary
+//! table on stdout. Scripts use `--json` instead.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_engine::run::{Observer, RunReport};
+use idem_engine::status::TableStatus;
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub struct Progress {
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    pub fn new(enabled: bool) -> Arc<Self> {
+        let bar = enabled.then(|| {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"),
+            );
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        Arc::new(Self { bar })
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn phase(&self, phase: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(phase.to_string());
+        }
+    }
+
+    fn rows(&self, total: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!("writing: {} rows", thousands(total)));
+        }
+    }
+}
+
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+pub fn report(r: &RunReport) {
+    println!(
+        "{} {}  run {}  ({} input files)",
+        r.job, r.logical_date, r.run_id, r.inputs
+    );
+    let width = r
+        .partitions
+        .iter()
+        .map(|p| p.partition.len())
+        .max()
+        .unwrap_or(9)
+        .max(9);
+    println!(
+        "  {:<width$}  {:<9}  {:>12}  {:>10}  {:>8}",
+        "partition", "action", "rows", "bytes", "time"
+    );
+    for p in &r.partitions {
+        println!(
+            "  {:<width$}  {:<9}  {:>12}  {:>10}  {:>6} ms",
+            p.partition,
+            p.action.to_string(),
+            thousands(p.rows),
+            bytes(p.bytes),
+            p.ms
+        );
+    }
+    let count = |a: idem_engine::run::Action| r.partitions.iter().filter(|p| p.action == a).count();
+    println!(
+        "{} partitions: {} written, {} unchanged, {} emptied; {} rows in {:.2} s",
+        r.partitions.len(),
+        count(idem_engine::run::Action::Written),
+        count(idem_engine::run::Action::Unchanged),
+        count(idem_engine::run::Action::Emptied),
+        thousands(r.rows),
+        r.elapsed_ms as f64 / 1000.0
+    );
+}
+
+pub fn status(s: &TableStatus) {
+    println!(
+        "{}: {} partitions, {} rows, {}",
+        s.table,
+        s.partitions.len(),
+        thousands(s.rows),
+        bytes(s.bytes)
+    );
+    let width = s
+        .partitions
+        .iter()
+        .map(|p| p.partition.len())
+        .max()
+        .unwrap_or(9)
+        .max(9);
+    println!(
+        "  {:<width$}  {:<8}  {:>12}  {:>10}  {:<32}  {:<10}  run",
+        "partition", "state", "rows", "bytes", "digest", "date"
+    );
+    for p in &s.partitions {
+        println!(
+            "  {:<width$}  {:<8}  {:>12}  {:>10}  {:<32}  {:<10}  {}",
+            p.partition,
+            p.state,
+            p.rows.map(thousands).unwrap_or_else(|| "?".into()),
+            bytes(p.bytes),
+            p.digest.as_deref().unwrap_or("-"),
+            p.logical_date.as_deref().unwrap_or("-"),
+            p.run_id.as_deref().unwrap_or("-"),
+        );
+    }
+    if !s.staging.is_empty() {
+        println!(
+            "staging directories of runs in progress or dead: {}",
+            s.staging.join(", ")
+        );
+    }
+}

@@ -1,0 +1,226 @@
+//! Shared fixtures: a sample lake in a temporary directory, the idem binary, snapshots
+//! of a table's file tree, and the independent Python readers.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A working directory holding a copy of `testdata/` (so the example jobs' relative
+/// paths work in it, as they do at the repository root).
+pub struct Lake {
+    pub dir: tempfile::TempDir,
+}
+
+impl Lake {
+    pub fn new() -> Lake {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(
+            &repo_root().join("testdata/lake"),
+            &dir.path().join("testdata/lake"),
+        );
+        copy_dir(
+            &repo_root().join("testdata/jobs"),
+            &dir.path().join("testdata/jobs"),
+        );
+        Lake { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn join(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Runs idem in this directory.
+    pub fn idem(&self, args: &[&str]) -> Output {
+        idem_in(self.path(), args, &[])
+    }
+
+    /// Runs idem and expects success; returns the JSON lines it printed.
+    pub fn idem_ok(&self, args: &[&str]) -> Vec<Value> {
+        let out = self.idem(args);
+        assert!(
+            out.status.success(),
+            "idem {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        json_lines(&out)
+    }
+
+    /// Writes a job file into the lake and returns its path (relative to the lake).
+    pub fn job(&self, name: &str, text: &str) -> String {
+        let rel = format!("jobs/{name}.toml");
+        let p = self.join(&rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        rel
+    }
+}
+
+pub fn idem_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idem"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env_remove("IDEM_FAILPOINTS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+pub fn json_lines(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON {l}: {e}")))
+        .collect()
+}
+
+/// `(partition, action)` pairs of a run's JSON report, sorted.
+pub fn actions(reports: &[Value]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = reports
+        .iter()
+        .flat_map(|r| r["partitions"].as_array().cloned().unwrap_or_default())
+        .map(|p| {
+            (
+                p["partition"].as_str().unwrap().to_string(),
+                p["action"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// Every file and directory under `root` with what a reader or a backup tool would
+/// notice: size, content hash, modification time and inode.
+pub fn snapshot(root: &Path) -> BTreeMap<String, (u64, u64, i64, i64, u64)> {
+    let mut out = BTreeMap::new();
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (u64, u64, i64, i64, u64)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            let rel = e
+                .path()
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let hash = if m.is_file() {
+                xxhash(&std::fs::read(e.path()).unwrap())
+            } else {
+                0
+            };
+            out.insert(
+                rel,
+                (
+                    m.len() * m.is_file() as u64,
+                    hash,
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ino(),
+                ),
+            );
+            if m.is_dir() {
+                walk(root, &e.path(), out);
+            }
+        }
+    }
+    if root.exists() {
+        walk(root, root, &mut out);
+    }
+    out
+}
+
+fn xxhash(b: &[u8]) -> u64 {
+    // FNV-1a: enough to tell files apart in a test.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for x in b {
+        h ^= *x as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// The Python with DuckDB, Polars and pyarrow: `IDEM_PYTHON` if set, else a virtual
+/// environment under `target/py-venv`, created on first use from
+/// `testdata/py/requirements.txt` (needs access to PyPI once).
+pub fn python() -> &'static Path {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        if let Ok(p) = std::env::var("IDEM_PYTHON") {
+            return PathBuf::from(p);
+        }
+        let venv = repo_root().join("target/py-venv");
+        let py = venv.join("bin/python");
+        let req = repo_root().join("testdata/py/requirements.txt");
+        let ready = venv.join(".ready");
+        // Several test binaries may get here at once: serialise with a lock file.
+        let lock = std::fs::File::create(repo_root().join("target/py-venv.lock")).unwrap();
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        if !ready.exists() {
+            let ok = Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .status()
+                .unwrap()
+                .success()
+                && Command::new(&py)
+                    .args(["-m", "pip", "install", "-q", "-r"])
+                    .arg(&req)
+                    .status()
+                    .unwrap()
+                    .success();
+            assert!(
+                ok,
+                "could not install the Python readers (duckdb, polars, pyarrow) into {}; \
+                 install them with `pip install -r testdata/py/requirements.txt` and set IDEM_PYTHON",
+                venv.display()
+            );
+            std::fs::write(&ready, "").unwrap();
+        }
+        py
+    })
+}
+
+/// Runs `testdata/py/readers.py` and parses its JSON output.
+pub fn readers(args: &[&str]) -> Value {
+    let out = Command::new(python())
+        .arg(repo_root().join("testdata/py/readers.py"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "readers.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

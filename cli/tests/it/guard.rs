@@ -1,0 +1,140 @@
+//! Jobs that would make two runs differ, and malformed input, are rejected before
+//! anything is written.
+
+use crate::common::*;
+
+fn job_with(expr: &str) -> String {
+    format!(
+        r#"
+name = "clocky"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = ["created_date"]
+[transform]
+sql = "select order_id, {expr} as x, cast(created_at as date) as dt from orders where created_date = $run_date"
+[target]
+path = "out/clocky"
+partition_by = ["dt"]
+"#
+    )
+}
+
+#[test]
+fn nondeterministic_functions_are_rejected_before_writing() {
+    for (expr, function) in [
+        ("now()", "now()"),
+        ("current_date", "current_date()"),
+        ("random()", "random()"),
+        ("uuid()", "uuid()"),
+        ("(select max(order_id) + random() from orders)", "random()"),
+    ] {
+        let lake = Lake::new();
+        let job = lake.job("clocky", &job_with(expr));
+        let out = lake.idem(&["run", &job, "--date", "2026-06-01"]);
+        assert_eq!(out.status.code(), Some(2), "{expr}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(function), "{expr}: {err}");
+        assert!(err.contains("jobs/clocky.toml"), "{err}");
+        assert!(err.contains("$run_date"), "{err}");
+        assert!(!lake.join("out").exists(), "{expr}: something was written");
+    }
+}
+
+#[test]
+fn allow_nondeterministic_runs_and_never_settles() {
+    let lake = Lake::new();
+    let text = job_with("random()").replace(
+        "name = \"clocky\"",
+        "name = \"clocky\"\nallow_nondeterministic = true",
+    );
+    let job = lake.job("clocky", &text);
+    let first = lake.idem_ok(&["run", &job, "--date", "2026-06-01", "--json"]);
+    let second = lake.idem_ok(&["run", &job, "--date", "2026-06-01", "--json"]);
+    // The same date, the same input: a deterministic job would report `unchanged`.
+    assert_eq!(
+        actions(&first),
+        vec![("dt=2026-06-01".into(), "written".into())]
+    );
+    assert_eq!(
+        actions(&second),
+        vec![("dt=2026-06-01".into(), "written".into())]
+    );
+    assert_ne!(
+        first[0]["partitions"][0]["digest"],
+        second[0]["partitions"][0]["digest"]
+    );
+}
+
+#[test]
+fn bad_input_is_named_and_changes_nothing() {
+    let lake = Lake::new();
+    let fct = "testdata/jobs/fct_orders.toml";
+    lake.idem_ok(&["run", fct, "--date", "2026-06-01"]);
+    let table = lake.join("lake/analytics/fct_orders");
+    let before = snapshot(&table);
+
+    let good = std::fs::read_to_string(lake.join(fct)).unwrap();
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        (
+            "unknown key",
+            good.replace("grain = \"day\"", "grain = \"day\"\npartiton_by = [\"dt\"]"),
+            vec!["partiton_by", "jobs/bad.toml"],
+        ),
+        (
+            "malformed TOML",
+            good.replace("name = \"fct_orders\"", "name = \"fct_orders"),
+            vec!["jobs/bad.toml", "TOML"],
+        ),
+        (
+            "missing source path",
+            good.replace("testdata/lake/raw/orders/", "testdata/lake/raw/nope/"),
+            vec!["source `orders`", "does not exist"],
+        ),
+        (
+            "SQL syntax error",
+            good.replace("select order_id", "selec order_id"),
+            vec!["jobs/bad.toml", "SQL error"],
+        ),
+        (
+            "unknown column",
+            good.replace("customer_id, store_id", "customerid, store_id"),
+            vec!["customerid", "customer_id"],
+        ),
+        (
+            "unbound parameter",
+            good.replace("$run_date", "$run_day"),
+            vec!["$run_day", "--var"],
+        ),
+        (
+            "missing partition column",
+            good.replace(
+                "cast(created_at as date) as dt",
+                "cast(created_at as date) as day",
+            ),
+            vec!["no column `dt`", "partition_by"],
+        ),
+        (
+            "other partition column than the table",
+            good.replace("as dt", "as event_date")
+                .replace("partition_by = [\"dt\"]", "partition_by = [\"event_date\"]"),
+            vec!["partitioned by `dt`", "event_date"],
+        ),
+    ];
+    for (what, text, needles) in cases {
+        let job = lake.job("bad", &text);
+        let out = lake.idem(&["run", &job, "--date", "2026-06-01"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{what}: `{n}` not in: {err}");
+        }
+        assert_eq!(before, snapshot(&table), "{what}: the table changed");
+    }
+
+    let out = lake.idem(&["run", fct, "--date", "2026-06-31"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2026-06-31"));
+    let out = lake.idem(&["run", fct, "--date", "2026-06-01", "--var", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(before, snapshot(&table));
+}

@@ -1,0 +1,200 @@
+//! Re-runs, changed sources, empty days: the table ends as one clean run leaves it.
+
+use crate::common::*;
+
+const FCT: &str = "testdata/jobs/fct_orders.toml";
+
+fn backfill(lake: &Lake) -> Vec<serde_json::Value> {
+    lake.idem_ok(&[
+        "backfill",
+        FCT,
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-07",
+        "--json",
+    ])
+}
+
+#[test]
+fn example_job_twice_is_unchanged_and_byte_identical() {
+    let lake = Lake::new();
+    let first = backfill(&lake);
+    assert_eq!(first.len(), 7);
+    assert!(
+        actions(&first).iter().all(|(_, a)| a == "written"),
+        "{:?}",
+        actions(&first)
+    );
+    let table = lake.join("lake/analytics/fct_orders");
+    let before = snapshot(&table);
+    assert_eq!(before.keys().filter(|k| k.ends_with(".parquet")).count(), 7);
+
+    let second = backfill(&lake);
+    let acts = actions(&second);
+    assert_eq!(acts.len(), 7);
+    assert!(acts.iter().all(|(_, a)| a == "unchanged"), "{acts:?}");
+    assert_eq!(
+        before,
+        snapshot(&table),
+        "a re-run changed the table's files"
+    );
+
+    // Nothing but partition directories and Parquet files under the table root.
+    for k in before.keys() {
+        let leaf = k.rsplit('/').next().unwrap();
+        assert!(
+            leaf.starts_with("dt=2026-06-0") || leaf.ends_with(".parquet"),
+            "unexpected entry {k}"
+        );
+    }
+    // Staging is cleaned up.
+    let staging = lake.join("lake/analytics/_idem/fct_orders/staging");
+    assert_eq!(std::fs::read_dir(staging).unwrap().count(), 0);
+}
+
+#[test]
+fn changing_one_source_day_rewrites_only_that_partition() {
+    let lake = Lake::new();
+    backfill(&lake);
+    let table = lake.join("lake/analytics/fct_orders");
+    let before = snapshot(&table);
+
+    // Regenerate 2026-06-03 with another seed: same shape, different rows.
+    let spec = idem_testdata::OrdersSpec {
+        seed: 7,
+        ..Default::default()
+    };
+    idem_testdata::write_orders_day(&lake.join("testdata/lake/raw/orders"), &spec, 2).unwrap();
+
+    let acts = actions(&backfill(&lake));
+    let written: Vec<_> = acts.iter().filter(|(_, a)| a == "written").collect();
+    assert_eq!(written.len(), 1, "{acts:?}");
+    assert_eq!(written[0].0, "dt=2026-06-03");
+    let after = snapshot(&table);
+    for (k, v) in &before {
+        if !k.starts_with("dt=2026-06-03") {
+            assert_eq!(Some(v), after.get(k), "{k} was touched");
+        }
+    }
+    assert_ne!(
+        before.get("dt=2026-06-03/part-00000.parquet"),
+        after.get("dt=2026-06-03/part-00000.parquet")
+    );
+}
+
+#[test]
+fn owned_day_without_rows_becomes_empty_partition() {
+    let lake = Lake::new();
+    lake.idem_ok(&["run", FCT, "--date", "2026-06-02", "--json"]);
+    // The source loses that day (a late delete, a fixed bug upstream): the partition
+    // must not keep stale rows.
+    std::fs::remove_dir_all(lake.join("testdata/lake/raw/orders/created_date=2026-06-02")).unwrap();
+    let report = lake.idem_ok(&["run", FCT, "--date", "2026-06-02", "--json"]);
+    assert_eq!(
+        actions(&report),
+        vec![("dt=2026-06-02".to_string(), "emptied".to_string())]
+    );
+    let rows = readers(&[
+        "table",
+        lake.join("lake/analytics/fct_orders").to_str().unwrap(),
+    ]);
+    assert_eq!(rows.as_array().unwrap().len(), 0);
+    let files: Vec<_> = std::fs::read_dir(lake.join("lake/analytics/fct_orders/dt=2026-06-02"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(files, vec!["part-00000.parquet".to_string()]);
+
+    // A day the source never had is created empty too.
+    let report = lake.idem_ok(&["run", FCT, "--date", "2026-07-15", "--json"]);
+    assert_eq!(
+        actions(&report),
+        vec![("dt=2026-07-15".to_string(), "emptied".to_string())]
+    );
+    // Running it again changes nothing.
+    let report = lake.idem_ok(&["run", FCT, "--date", "2026-07-15", "--json"]);
+    assert_eq!(
+        actions(&report),
+        vec![("dt=2026-07-15".to_string(), "unchanged".to_string())]
+    );
+}
+
+#[test]
+fn status_reads_the_manifests() {
+    let lake = Lake::new();
+    let reports = lake.idem_ok(&["run", FCT, "--date", "2026-06-04", "--json"]);
+    let rows = reports[0]["rows"].as_u64().unwrap();
+    let out = lake.idem(&["status", "lake/analytics/fct_orders", "--json"]);
+    assert!(out.status.success());
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &s["partitions"][0];
+    assert_eq!(p["partition"], "dt=2026-06-04");
+    assert_eq!(p["state"], "managed");
+    assert_eq!(p["rows"].as_u64().unwrap(), rows);
+    assert_eq!(p["job"], "fct_orders");
+    assert_eq!(p["logical_date"], "2026-06-04");
+    assert_eq!(p["digest"], reports[0]["partitions"][0]["digest"]);
+    // Partition pruning: the run read exactly the one source file of its day.
+    assert_eq!(p["inputs"], 1);
+    assert_eq!(reports[0]["inputs"], 1);
+
+    let human = lake.idem(&["status", "lake/analytics/fct_orders"]);
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        text.contains("dt=2026-06-04") && text.contains("managed"),
+        "{text}"
+    );
+}
+
+#[test]
+fn multi_column_partitions_and_null_values() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "by_status",
+        r#"
+name = "by_status"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = ["created_date"]
+[transform]
+sql = """
+select order_id, amount_usd, cast(created_at as date) as dt,
+       case when status = 'placed' then null else status end as status
+from orders where created_date = $run_date
+"""
+[target]
+path = "out/by_status"
+partition_by = ["dt", "status"]
+"#,
+    );
+    let out = lake.idem(&["run", &job, "--date", "2026-06-05", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("__HIVE_DEFAULT_PARTITION__"), "{stderr}");
+    let acts = actions(&json_lines(&out));
+    assert_eq!(acts.len(), 6, "{acts:?}");
+    assert!(
+        acts.iter()
+            .any(|(p, _)| p == "dt=2026-06-05/status=__HIVE_DEFAULT_PARTITION__")
+    );
+    let idem_rows = readers(&["table", lake.join("out/by_status").to_str().unwrap()]);
+    let expected = readers(&[
+        "duckdb",
+        &format!(
+            "select order_id, amount_usd, created_date::date as dt, \
+             case when status = 'placed' then null else status end as status \
+             from read_parquet('{}/testdata/lake/raw/orders/*/*.parquet', hive_partitioning=true) \
+             where created_date = '2026-06-05'",
+            lake.path().display()
+        ),
+    ]);
+    assert_eq!(idem_rows, expected);
+    // Re-run: every partition unchanged.
+    let again = lake.idem_ok(&["run", &job, "--date", "2026-06-05", "--json"]);
+    assert!(actions(&again).iter().all(|(_, a)| a == "unchanged"));
+}

@@ -1,0 +1,49 @@
+//! Named failpoints on the publish path, armed by tests through the environment:
+//! `IDEM_FAILPOINTS="before_publish=pause:/tmp/dir;after_stage=abort"`.
+//!
+//! Actions: `pause:DIR` creates `DIR/NAME.paused` and waits until `DIR/NAME.resume`
+//! exists (so a test can look at the table mid-run); `abort` kills the process on the
+//! spot, as a crash would; `error` fails the run there. Unset, a failpoint costs one
+//! environment lookup per run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+pub const ENV: &str = "IDEM_FAILPOINTS";
+
+/// Runs the action armed for `name`, if any.
+pub fn hit(name: &str) -> Result<()> {
+    let Ok(spec) = std::env::var(ENV) else {
+        return Ok(());
+    };
+    for entry in spec.split(';') {
+        let Some((point, action)) = entry.split_once('=') else {
+            continue;
+        };
+        if point.trim() != name {
+            continue;
+        }
+        let action = action.trim();
+        if let Some(dir) = action.strip_prefix("pause:") {
+            let dir = PathBuf::from(dir);
+            let _ = std::fs::write(
+                dir.join(format!("{name}.paused")),
+                std::process::id().to_string(),
+            );
+            let resume = dir.join(format!("{name}.resume"));
+            while !resume.exists() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        } else if action == "abort" {
+            std::process::abort();
+        } else if action == "error" {
+            return Err(Error::Execution {
+                path: PathBuf::from(name),
+                message: format!("failpoint `{name}` armed to fail"),
+            });
+        }
+    }
+    Ok(())
+}

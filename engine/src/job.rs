@@ -1,0 +1,505 @@
+//! Job files: parsing and validation.
+//!
+//! A job file is TOML (see the README's reference). Unknown keys are errors that name
+//! the key and the file: a misspelt option must never be silently ignored. Relative
+//! paths resolve against the current directory, as in the shell that runs idem;
+//! `${NAME}` in a path is replaced by the environment variable NAME.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use arrow::datatypes::DataType;
+use idem_io::writer::WriterOptions;
+use parquet::basic::{Compression, GzipLevel, ZstdLevel};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::window::Grain;
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct JobFile {
+    name: String,
+    #[serde(default)]
+    allow_nondeterministic: bool,
+    #[serde(default)]
+    sources: BTreeMap<String, SourceFile>,
+    transform: TransformFile,
+    target: TargetFile,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct SourceFile {
+    path: String,
+    #[serde(default)]
+    format: Format,
+    partitioned_by: Option<Vec<PartitionColumnFile>>,
+    /// Only files with this suffix are read from a directory.
+    extension: Option<String>,
+    /// CSV: whether the first line is a header (default true).
+    header: Option<bool>,
+    /// CSV: the field delimiter, one character (default ",").
+    delimiter: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+enum PartitionColumnFile {
+    Name(String),
+    Typed {
+        name: String,
+        #[serde(rename = "type")]
+        data_type: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    #[default]
+    Parquet,
+    Csv,
+    Json,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct TransformFile {
+    sql: Option<String>,
+    sql_file: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct TargetFile {
+    path: String,
+    #[serde(default)]
+    partition_by: Vec<String>,
+    #[serde(default)]
+    mode: Mode,
+    #[serde(default)]
+    grain: Grain,
+    /// The partition column that carries the logical date (default: the first).
+    time_column: Option<String>,
+    compression: Option<String>,
+    row_group_rows: Option<usize>,
+    file_size: Option<ByteSize>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+enum ByteSize {
+    Bytes(u64),
+    Text(String),
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    ReplacePartitions,
+    Merge,
+}
+
+/// A validated job.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub path: PathBuf,
+    pub name: String,
+    pub allow_nondeterministic: bool,
+    pub sources: Vec<Source>,
+    pub sql: String,
+    pub target: Target,
+    /// Hash of everything that determines the output: the parsed job and its SQL.
+    pub fingerprint: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub name: String,
+    /// Absolute local path (possibly with a glob), as given after resolution.
+    pub path: String,
+    pub format: Format,
+    /// Hive partition columns; `None` means "infer from the directory names".
+    pub partition_columns: Option<Vec<(String, DataType)>>,
+    pub extension: Option<String>,
+    pub csv_header: bool,
+    pub csv_delimiter: u8,
+}
+
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub path: PathBuf,
+    pub partition_by: Vec<String>,
+    pub mode: Mode,
+    pub grain: Grain,
+    pub time_column: Option<String>,
+    pub writer: WriterOptions,
+}
+
+impl Job {
+    /// Reads and validates a job file.
+    pub fn load(path: &Path) -> Result<Job> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::JobUnreadable {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Validates the text of a job file; `path` names it in errors and anchors `sql_file`.
+    pub fn parse(path: &Path, text: &str) -> Result<Job> {
+        let invalid = |message: String| Error::JobInvalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        let file: JobFile = toml::from_str(text).map_err(|e| invalid(toml_message(&e)))?;
+        if file.name.trim().is_empty() {
+            return Err(invalid("`name` must not be empty".into()));
+        }
+        let sql = match (&file.transform.sql, &file.transform.sql_file) {
+            (Some(sql), None) => sql.clone(),
+            (None, Some(rel)) => {
+                let base = path.parent().unwrap_or(Path::new("."));
+                let sql_path = base.join(rel);
+                std::fs::read_to_string(&sql_path).map_err(|e| {
+                    invalid(format!(
+                        "[transform] sql_file `{}` cannot be read: {e}",
+                        sql_path.display()
+                    ))
+                })?
+            }
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "[transform] has both `sql` and `sql_file`; keep one".into(),
+                ));
+            }
+            (None, None) => {
+                return Err(invalid(
+                    "[transform] needs `sql` (inline) or `sql_file` (relative to the job file)"
+                        .into(),
+                ));
+            }
+        };
+        if sql.trim().is_empty() {
+            return Err(invalid("[transform] sql is empty".into()));
+        }
+
+        let mut sources = Vec::new();
+        for (name, s) in &file.sources {
+            sources.push(source(path, name, s)?);
+        }
+
+        let t = &file.target;
+        let target_path = expand(&t.path).map_err(|m| invalid(format!("[target] path: {m}")))?;
+        if target_path.contains("://") {
+            return Err(invalid(format!(
+                "[target] path `{target_path}`: only local paths are supported by this build"
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for c in &t.partition_by {
+            if c.is_empty() || !seen.insert(c) {
+                return Err(invalid(format!(
+                    "[target] partition_by has an empty or repeated column `{c}`"
+                )));
+            }
+        }
+        if let Some(tc) = &t.time_column
+            && !t.partition_by.contains(tc)
+        {
+            return Err(invalid(format!(
+                "[target] time_column `{tc}` is not one of partition_by {:?}",
+                t.partition_by
+            )));
+        }
+        if t.mode == Mode::Merge {
+            return Err(invalid(
+                "[target] mode = \"merge\" is not supported by this version of idem yet; \
+                 use mode = \"replace_partitions\""
+                    .into(),
+            ));
+        }
+        let mut writer = WriterOptions::default();
+        if let Some(c) = &t.compression {
+            writer.compression =
+                compression(c).map_err(|m| invalid(format!("[target] compression: {m}")))?;
+        }
+        if let Some(r) = t.row_group_rows {
+            if r == 0 {
+                return Err(invalid("[target] row_group_rows must be positive".into()));
+            }
+            writer.row_group_rows = r;
+        }
+        if let Some(size) = &t.file_size {
+            writer.target_file_bytes =
+                byte_size(size).map_err(|m| invalid(format!("[target] file_size: {m}")))?;
+        }
+        let target = Target {
+            path: absolute(&target_path),
+            partition_by: t.partition_by.clone(),
+            mode: t.mode,
+            grain: t.grain,
+            time_column: t.time_column.clone(),
+            writer,
+        };
+
+        let fingerprint = {
+            let mut canon = serde_json::to_string(&file).expect("job serializes");
+            canon.push('\n');
+            canon.push_str(&sql);
+            format!("{:016x}", xxhash_rust::xxh3::xxh3_64(canon.as_bytes()))
+        };
+        Ok(Job {
+            path: path.to_path_buf(),
+            name: file.name,
+            allow_nondeterministic: file.allow_nondeterministic,
+            sources,
+            sql,
+            target,
+            fingerprint,
+        })
+    }
+
+    /// The column whose partition values carry the logical date.
+    pub fn time_column(&self) -> Option<&str> {
+        self.target
+            .time_column
+            .as_deref()
+            .or(self.target.partition_by.first().map(String::as_str))
+    }
+}
+
+fn source(job: &Path, name: &str, s: &SourceFile) -> Result<Source> {
+    let err = |message: String| Error::Source {
+        path: job.to_path_buf(),
+        source_name: name.to_string(),
+        message,
+    };
+    if !is_identifier(name) {
+        return Err(err(
+            "a source name must be a SQL identifier (letters, digits, _)".into(),
+        ));
+    }
+    let raw = expand(&s.path).map_err(|m| err(format!("path: {m}")))?;
+    if raw.contains("://") && !raw.starts_with("file://") {
+        return Err(err(format!(
+            "path `{raw}`: only local paths are supported by this build"
+        )));
+    }
+    let raw = raw.strip_prefix("file://").unwrap_or(&raw).to_string();
+    let is_glob = raw.contains(['*', '?', '[']);
+    let abs = absolute(&raw);
+    let mut path = abs.to_string_lossy().into_owned();
+    if raw.ends_with('/') && !path.ends_with('/') {
+        path.push('/');
+    }
+    if !is_glob && !abs.exists() {
+        return Err(err(format!("path {} does not exist", abs.display())));
+    }
+    if abs.is_dir() && !path.ends_with('/') {
+        path.push('/');
+    }
+    let partition_columns = match &s.partitioned_by {
+        None => None,
+        Some(cols) => {
+            let mut out = Vec::new();
+            for c in cols {
+                out.push(match c {
+                    PartitionColumnFile::Name(n) => (n.clone(), DataType::Utf8),
+                    PartitionColumnFile::Typed { name, data_type } => (
+                        name.clone(),
+                        partition_type(data_type)
+                            .map_err(|m| err(format!("partitioned_by `{name}`: {m}")))?,
+                    ),
+                });
+            }
+            Some(out)
+        }
+    };
+    let delimiter = match s.delimiter.as_deref() {
+        None => b',',
+        Some(d) if d.len() == 1 => d.as_bytes()[0],
+        Some("\\t") => b'\t',
+        Some(d) => return Err(err(format!("delimiter `{d}` must be one character"))),
+    };
+    if s.format != Format::Csv && (s.header.is_some() || s.delimiter.is_some()) {
+        return Err(err(
+            "`header` and `delimiter` apply only to format = \"csv\"".into(),
+        ));
+    }
+    Ok(Source {
+        name: name.to_string(),
+        path,
+        format: s.format,
+        partition_columns,
+        extension: s.extension.clone(),
+        csv_header: s.header.unwrap_or(true),
+        csv_delimiter: delimiter,
+    })
+}
+
+fn partition_type(name: &str) -> std::result::Result<DataType, String> {
+    Ok(match name.to_ascii_lowercase().as_str() {
+        "string" | "varchar" | "utf8" => DataType::Utf8,
+        "date" => DataType::Date32,
+        "int" | "integer" | "int32" => DataType::Int32,
+        "bigint" | "int64" | "long" => DataType::Int64,
+        "boolean" | "bool" => DataType::Boolean,
+        other => {
+            return Err(format!(
+                "unknown type `{other}` (use string, date, int, bigint or boolean)"
+            ));
+        }
+    })
+}
+
+fn compression(s: &str) -> std::result::Result<Compression, String> {
+    let lower = s.to_ascii_lowercase();
+    let (name, level) = match lower.split_once('(') {
+        Some((n, rest)) => (
+            n.trim().to_string(),
+            Some(
+                rest.trim_end_matches(')')
+                    .trim()
+                    .parse::<i32>()
+                    .map_err(|_| format!("bad level in `{s}`"))?,
+            ),
+        ),
+        None => (lower.trim().to_string(), None),
+    };
+    Ok(match (name.as_str(), level) {
+        ("snappy", None) => Compression::SNAPPY,
+        ("none" | "uncompressed", None) => Compression::UNCOMPRESSED,
+        ("lz4", None) => Compression::LZ4_RAW,
+        ("zstd", l) => Compression::ZSTD(
+            ZstdLevel::try_new(l.unwrap_or(3)).map_err(|e| format!("`{s}`: {e}"))?,
+        ),
+        ("gzip", l) => Compression::GZIP(
+            GzipLevel::try_new(l.unwrap_or(6) as u32).map_err(|e| format!("`{s}`: {e}"))?,
+        ),
+        _ => {
+            return Err(format!(
+                "unknown codec `{s}` (use snappy, zstd, zstd(N), gzip, lz4 or none)"
+            ));
+        }
+    })
+}
+
+fn byte_size(size: &ByteSize) -> std::result::Result<u64, String> {
+    let bytes = match size {
+        ByteSize::Bytes(b) => *b,
+        ByteSize::Text(t) => {
+            let t = t.trim();
+            let split = t
+                .find(|c: char| !c.is_ascii_digit() && c != '.')
+                .unwrap_or(t.len());
+            let (num, unit) = t.split_at(split);
+            let num: f64 = num.parse().map_err(|_| format!("`{t}` is not a size"))?;
+            let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+                "" | "b" => 1,
+                "k" | "kb" | "kib" => 1 << 10,
+                "m" | "mb" | "mib" => 1 << 20,
+                "g" | "gb" | "gib" => 1 << 30,
+                u => return Err(format!("unknown unit `{u}` (use KiB, MiB or GiB)")),
+            };
+            (num * mult as f64) as u64
+        }
+    };
+    if bytes < 1024 {
+        return Err(format!("{bytes} bytes is too small for a file"));
+    }
+    Ok(bytes)
+}
+
+fn toml_message(e: &toml::de::Error) -> String {
+    // toml's message already names the key and shows the line.
+    e.to_string()
+        .trim_end()
+        .replace("TOML parse error", "TOML error")
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Replaces `${NAME}` with the environment variable NAME.
+fn expand(s: &str) -> std::result::Result<String, String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("unclosed `${{` in `{s}`"))?;
+        let name = &after[..end];
+        let value = std::env::var(name)
+            .map_err(|_| format!("environment variable `{name}` (used in `{s}`) is not set"))?;
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn absolute(p: impl AsRef<Path>) -> PathBuf {
+    std::path::absolute(p.as_ref()).unwrap_or_else(|_| p.as_ref().to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Job> {
+        Job::parse(Path::new("jobs/t.toml"), text)
+    }
+
+    const MINIMAL: &str = r#"
+name = "t"
+[transform]
+sql = "select 1 as x, date '2026-01-01' as dt"
+[target]
+path = "out/t"
+partition_by = ["dt"]
+"#;
+
+    #[test]
+    fn minimal_job_parses() {
+        let job = parse(MINIMAL).unwrap();
+        assert_eq!(job.name, "t");
+        assert_eq!(job.target.grain, Grain::Day);
+        assert_eq!(job.time_column(), Some("dt"));
+        assert!(job.target.path.is_absolute());
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_file() {
+        let text = MINIMAL.replace("[target]", "[target]\npartiton_by = [\"dt\"]");
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains("jobs/t.toml"), "{err}");
+        assert!(err.contains("partiton_by"), "{err}");
+    }
+
+    #[test]
+    fn fingerprint_follows_content() {
+        let a = parse(MINIMAL).unwrap();
+        let b = parse(&MINIMAL.replace("select 1", "select 2")).unwrap();
+        assert_eq!(a.fingerprint, parse(MINIMAL).unwrap().fingerprint);
+        assert_ne!(a.fingerprint, b.fingerprint);
+    }
+
+    #[test]
+    fn sizes_and_codecs() {
+        assert_eq!(
+            byte_size(&ByteSize::Text("256MiB".into())).unwrap(),
+            256 << 20
+        );
+        assert_eq!(byte_size(&ByteSize::Bytes(4096)).unwrap(), 4096);
+        assert!(compression("zstd(3)").is_ok());
+        assert!(compression("brotli").unwrap_err().contains("unknown codec"));
+    }
+}

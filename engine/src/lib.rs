@@ -1,0 +1,19 @@
+//! idem-engine: jobs, parameters, the determinism guard, routing, and runs.
+//!
+//! A job is a SQL transform of one logical date. The engine plans it with DataFusion,
+//! refuses what would make two runs differ, streams the output into staged partitions
+//! through `idem-io`, and publishes each atomically.
+
+mod error;
+pub mod failpoint;
+pub mod guard;
+pub mod job;
+pub mod key;
+pub mod params;
+pub mod route;
+pub mod run;
+pub mod session;
+pub mod status;
+pub mod window;
+
+pub use error::{Error, Result};

@@ -1,0 +1,704 @@
+//! One run of a job for one logical date, in `replace_partitions` mode.
+//!
+//! Planning touches no storage: the job is parsed, the SQL planned, the determinism
+//! guard and the output checks run, and only then is anything staged. Rows stream
+//! from DataFusion through the router into one writer per partition, in a staging
+//! area outside the table; every partition the output touches, and every partition the
+//! window owns, is then compared with the live one by content digest and either left
+//! alone (`unchanged`) or swapped in atomically. A failure before publishing leaves the
+//! table as it was; a failure while publishing leaves each partition old or new.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::context::SessionContext;
+use futures::StreamExt;
+use idem_io::commit::local::LocalTable;
+use idem_io::commit::{Checked, CommitBackend, PublishMode};
+use idem_io::hive::PartitionPath;
+use idem_io::manifest::{ColumnEntry, InputFile, LiveState, RunInfo, describe_schema};
+use idem_io::writer::{PartitionWriter, WriterOptions, WrittenPartition};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::failpoint;
+use crate::job::Job;
+use crate::params::{self, Var};
+use crate::route::Router;
+use crate::window::{Grain, TimeColumnKind, Window, interval_of, window_values};
+
+/// Memory the buffered row groups of all partitions of a run may hold before the
+/// largest is flushed early.
+const WRITE_BUFFER_BUDGET: usize = 512 << 20;
+
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    pub date: String,
+    pub vars: Vec<Var>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// New rows were published.
+    Written,
+    /// The new rows equal the live ones (same digest and schema): nothing was touched.
+    Unchanged,
+    /// The run owns the partition but produced no rows for it: it now holds none.
+    Emptied,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Action::Written => "written",
+            Action::Unchanged => "unchanged",
+            Action::Emptied => "emptied",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PartitionReport {
+    pub partition: String,
+    pub action: Action,
+    pub rows: u64,
+    pub bytes: u64,
+    pub files: usize,
+    pub digest: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publish: Option<PublishMode>,
+    pub ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    pub job: String,
+    pub job_file: String,
+    pub table: String,
+    pub logical_date: String,
+    pub run_id: String,
+    pub partitions: Vec<PartitionReport>,
+    pub rows: u64,
+    pub bytes: u64,
+    pub inputs: usize,
+    pub elapsed_ms: u64,
+    pub warnings: Vec<String>,
+}
+
+/// Receives progress while a run executes (the CLI draws it).
+pub trait Observer: Send + Sync {
+    fn phase(&self, _phase: &str) {}
+    fn rows(&self, _total: u64) {}
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// A run that has been planned and validated; nothing has been written yet.
+pub struct Planned {
+    job: Job,
+    window: Window,
+    ctx: SessionContext,
+    df: DataFrame,
+    output: SchemaRef,
+    time_kind: TimeColumnKind,
+}
+
+impl Planned {
+    pub fn window(&self) -> &Window {
+        &self.window
+    }
+
+    pub fn output_schema(&self) -> &SchemaRef {
+        &self.output
+    }
+}
+
+/// Plans a run: parses the date, plans the SQL with bound parameters, and checks
+/// determinism and the output's shape. Touches no storage.
+pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
+    let window = Window::parse(job.target.grain, &opts.date)?;
+    let ctx = crate::session::context(job).await?;
+    let sql_err = |e: datafusion::error::DataFusionError| Error::Sql {
+        path: job.path.clone(),
+        message: sql_message(&e),
+    };
+    let df = ctx.sql(&job.sql).await.map_err(sql_err)?;
+    if !job.allow_nondeterministic {
+        crate::guard::check(&job.path, df.logical_plan())?;
+    }
+    let values = params::values(&window, &opts.vars);
+    let bound = params::bind(&job.path, df.logical_plan(), &values)?;
+    let df = df.with_param_values(bound).map_err(sql_err)?;
+    let output: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let time_kind = check_output(job, &window, &output)?;
+    check_live_layout(job)?;
+    Ok(Planned {
+        job: job.clone(),
+        window,
+        ctx,
+        df,
+        output,
+        time_kind,
+    })
+}
+
+fn sql_message(e: &datafusion::error::DataFusionError) -> String {
+    let s = e.to_string();
+    s.strip_prefix("SQL error: ")
+        .or_else(|| s.strip_prefix("Error during planning: "))
+        .unwrap_or(&s)
+        .to_string()
+}
+
+fn check_output(job: &Job, window: &Window, output: &SchemaRef) -> Result<TimeColumnKind> {
+    let out_err = |message: String| Error::Output {
+        path: job.path.clone(),
+        message,
+    };
+    let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
+    let mut seen = BTreeSet::new();
+    for n in &names {
+        if !seen.insert(*n) {
+            return Err(out_err(format!(
+                "has two columns named `{n}`; give them distinct aliases"
+            )));
+        }
+    }
+    for c in &job.target.partition_by {
+        let Ok(field) = output.field_with_name(c) else {
+            return Err(out_err(format!(
+                "has no column `{c}`, which [target] partition_by needs; its columns are: {}",
+                names.join(", ")
+            )));
+        };
+        if field.data_type().is_nested()
+            || matches!(
+                field.data_type(),
+                DataType::Binary
+                    | DataType::LargeBinary
+                    | DataType::BinaryView
+                    | DataType::FixedSizeBinary(_)
+            )
+        {
+            return Err(out_err(format!(
+                "partition column `{c}` has type {}, which cannot be a directory name",
+                field.data_type()
+            )));
+        }
+    }
+    if names.len() == job.target.partition_by.len() {
+        return Err(out_err(
+            "has no columns besides the partition columns; nothing would be stored in the files"
+                .into(),
+        ));
+    }
+    for f in output.fields() {
+        if job.target.partition_by.contains(f.name()) {
+            continue;
+        }
+        idem_io::canonical::check_supported(f.name(), f.data_type())
+            .map_err(|e| out_err(e.to_string()))?;
+    }
+    let Some(tc) = job.time_column() else {
+        return Ok(TimeColumnKind::Other);
+    };
+    let dt = output
+        .field_with_name(tc)
+        .expect("checked above")
+        .data_type();
+    let kind = match dt {
+        DataType::Date32 | DataType::Date64 => TimeColumnKind::Date,
+        DataType::Timestamp(..) => TimeColumnKind::Timestamp,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => TimeColumnKind::Text,
+        _ => TimeColumnKind::Other,
+    };
+    if window.grain == Grain::Hour && kind == TimeColumnKind::Date {
+        return Err(out_err(format!(
+            "partition column `{tc}` is a DATE but the job's grain is hour: each hourly run \
+             would replace the whole day. Partition by an hour (a timestamp or a \
+             YYYY-MM-DDTHH string) or set grain = \"day\""
+        )));
+    }
+    Ok(kind)
+}
+
+/// The table's existing partition columns must be the job's: a job that says `dt` on a
+/// table partitioned by `event_date` would otherwise write beside the old data.
+fn check_live_layout(job: &Job) -> Result<()> {
+    let root = &job.target.path;
+    let Some(first) = job.target.partition_by.first() else {
+        return Ok(());
+    };
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Ok(());
+    };
+    let mut others = BTreeSet::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name.starts_with('_') {
+            continue;
+        }
+        if let Some((col, _)) = name.split_once('=')
+            && e.file_type().map(|t| t.is_dir()).unwrap_or(false)
+            && idem_io::hive::unescape(col) != *first
+        {
+            others.insert(idem_io::hive::unescape(col));
+        }
+    }
+    if let Some(other) = others.into_iter().next() {
+        return Err(Error::Partition {
+            path: job.path.clone(),
+            partition: format!("{other}=…"),
+            message: format!(
+                "the table {} is partitioned by `{other}`, but the job partitions by `{first}`; \
+                 writing would mix two layouts. Rename the column in the SQL or write to a new table",
+                root.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Plans and executes a run, publishing its partitions.
+pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> Result<RunReport> {
+    let planned = plan(job, opts).await?;
+    execute(planned, observer).await
+}
+
+fn new_run_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let now = chrono::Utc::now();
+    format!(
+        "{}-{}-{:04x}",
+        now.format("%Y%m%dT%H%M%S%.3fZ"),
+        std::process::id(),
+        (now.timestamp_subsec_nanos() as u64 ^ COUNTER.fetch_add(1, Ordering::Relaxed)) & 0xffff
+    )
+}
+
+/// Executes a planned run.
+pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<RunReport> {
+    let started = Instant::now();
+    let Planned {
+        job,
+        window,
+        ctx,
+        df,
+        output,
+        time_kind,
+    } = planned;
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
+    };
+    let exec_err = |e: datafusion::error::DataFusionError| Error::Execution {
+        path: job.path.clone(),
+        message: e.to_string(),
+    };
+
+    observer.phase("planning");
+    let plan = df.create_physical_plan().await.map_err(exec_err)?;
+    let inputs: Vec<InputFile> = crate::session::inputs_of(&plan, &job);
+
+    let table = LocalTable::new(&job.target.path);
+    table.prepare().map_err(storage)?;
+    let run_id = new_run_id();
+    let run_info = RunInfo {
+        job: job.name.clone(),
+        job_fingerprint: job.fingerprint.clone(),
+        logical_date: window.label(),
+        run_id: run_id.clone(),
+        idem_version: env!("CARGO_PKG_VERSION").to_string(),
+        inputs,
+    };
+    let schema_desc = describe_schema(&output, &job.target.partition_by);
+    let inputs = run_info.inputs.len();
+    let data_schema = Arc::clone(Router::new(&output, &job.target.partition_by).data_schema());
+
+    let staged = stage(
+        &job,
+        &table,
+        &run_id,
+        &ctx,
+        plan,
+        &output,
+        observer.as_ref(),
+    )
+    .await;
+    let result = match staged {
+        Ok(writers) => {
+            let table2 = table.clone();
+            let job2 = job.clone();
+            let observer2 = Arc::clone(&observer);
+            tokio::task::spawn_blocking(move || {
+                finish_and_publish(
+                    &job2,
+                    &table2,
+                    &window,
+                    time_kind,
+                    &data_schema,
+                    writers,
+                    &run_info,
+                    schema_desc,
+                    observer2.as_ref(),
+                )
+            })
+            .await
+            .expect("publish task panicked")
+        }
+        Err(e) => Err(e),
+    };
+    let cleanup = table.cleanup_run(&run_id);
+    let (partitions, warnings) = result?;
+    cleanup.map_err(storage)?;
+
+    Ok(RunReport {
+        job: job.name.clone(),
+        job_file: job.path.display().to_string(),
+        table: job.target.path.display().to_string(),
+        logical_date: window.label(),
+        run_id,
+        rows: partitions.iter().map(|p| p.rows).sum(),
+        bytes: partitions.iter().map(|p| p.bytes).sum(),
+        inputs,
+        partitions,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+        warnings,
+    })
+}
+
+type Writers = BTreeMap<PartitionPath, PartitionWriter>;
+
+/// Streams the plan's output into per-partition writers in the staging area.
+async fn stage(
+    job: &Job,
+    table: &LocalTable,
+    run_id: &str,
+    ctx: &SessionContext,
+    plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    output: &SchemaRef,
+    observer: &dyn Observer,
+) -> Result<Writers> {
+    observer.phase("writing");
+    let router = Arc::new(Router::new(output, &job.target.partition_by));
+    let data_schema = Arc::clone(router.data_schema());
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(PartitionPath, RecordBatch)>(8);
+
+    let table2 = table.clone();
+    let run_id2 = run_id.to_string();
+    let opts = job.target.writer.clone();
+    let rows_done = Arc::new(AtomicU64::new(0));
+    let rows_seen = Arc::clone(&rows_done);
+    let writer_thread = std::thread::Builder::new()
+        .name("idem-writer".into())
+        .spawn(move || -> Result<Writers> {
+            let mut writers: Writers = BTreeMap::new();
+            while let Some((p, batch)) = rx.blocking_recv() {
+                let w = match writers.get_mut(&p) {
+                    Some(w) => w,
+                    None => {
+                        let w = new_writer(&table2, &run_id2, &p, &data_schema, &opts)?;
+                        writers.entry(p.clone()).or_insert(w)
+                    }
+                };
+                w.write(&batch).map_err(|source| Error::Storage {
+                    target: table2.root().to_path_buf(),
+                    source,
+                })?;
+                rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                enforce_budget(&mut writers).map_err(|source| Error::Storage {
+                    target: table2.root().to_path_buf(),
+                    source,
+                })?;
+            }
+            Ok(writers)
+        })
+        .expect("spawn writer thread");
+
+    let task_ctx = ctx.task_ctx();
+    let partitions = plan.properties().output_partitioning().partition_count();
+    let mut producers = tokio::task::JoinSet::new();
+    for i in 0..partitions {
+        let mut stream = plan
+            .execute(i, Arc::clone(&task_ctx))
+            .map_err(|e| Error::Execution {
+                path: job.path.clone(),
+                message: e.to_string(),
+            })?;
+        let tx = tx.clone();
+        let router = Arc::clone(&router);
+        producers.spawn(async move {
+            while let Some(batch) = stream.next().await {
+                let batch = batch?;
+                for part in router.split(&batch)? {
+                    if tx.send(part).await.is_err() {
+                        // The writer stopped; its own error is reported below.
+                        return Ok(());
+                    }
+                }
+            }
+            Ok::<(), datafusion::error::DataFusionError>(())
+        });
+    }
+    drop(tx);
+    let mut exec_error = None;
+    let mut ticker = tokio::time::interval(std::time::Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            joined = producers.join_next() => match joined {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => {
+                    if exec_error.is_none() {
+                        exec_error = Some(e);
+                        producers.abort_all();
+                    }
+                }
+                Some(Err(join)) if join.is_cancelled() => {}
+                Some(Err(join)) => std::panic::resume_unwind(join.into_panic()),
+            },
+            _ = ticker.tick() => observer.rows(rows_done.load(Ordering::Relaxed)),
+        }
+    }
+    let written = tokio::task::spawn_blocking(move || writer_thread.join())
+        .await
+        .expect("join writer")
+        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+    observer.rows(rows_done.load(Ordering::Relaxed));
+    if let Some(e) = exec_error {
+        return Err(Error::Execution {
+            path: job.path.clone(),
+            message: e.to_string(),
+        });
+    }
+    written
+}
+
+fn new_writer(
+    table: &LocalTable,
+    run_id: &str,
+    p: &PartitionPath,
+    data_schema: &SchemaRef,
+    opts: &WriterOptions,
+) -> Result<PartitionWriter> {
+    PartitionWriter::new(
+        p.clone(),
+        table.staging_dir(run_id, p),
+        Arc::clone(data_schema),
+        opts.clone(),
+    )
+    .map_err(|source| Error::Storage {
+        target: table.root().to_path_buf(),
+        source,
+    })
+}
+
+/// Flushes the largest buffered row groups early when all partitions together hold
+/// more than the budget, so a run over many partitions stays in bounded memory.
+fn enforce_budget(writers: &mut Writers) -> idem_io::Result<()> {
+    loop {
+        let total: usize = writers.values().map(|w| w.buffered_memory()).sum();
+        if total <= WRITE_BUFFER_BUDGET {
+            return Ok(());
+        }
+        let Some(largest) = writers.values_mut().max_by_key(|w| w.buffered_memory()) else {
+            return Ok(());
+        };
+        largest.flush()?;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish_and_publish(
+    job: &Job,
+    table: &LocalTable,
+    window: &Window,
+    time_kind: TimeColumnKind,
+    data_schema: &SchemaRef,
+    mut writers: Writers,
+    run: &RunInfo,
+    schema: Vec<ColumnEntry>,
+    observer: &dyn Observer,
+) -> Result<(Vec<PartitionReport>, Vec<String>)> {
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
+    };
+    let mut warnings = Vec::new();
+
+    // Partitions the output touches must not be coarser than the window: replacing a
+    // whole day with one hour's rows would drop the other hours.
+    if let Some(tc) = job.time_column() {
+        for p in writers.keys() {
+            let Some(Some(value)) = p.value(tc) else {
+                continue;
+            };
+            if let Some(iv) = interval_of(value)
+                && iv.0 <= window.start
+                && iv.1 >= window.end
+                && (iv.0 < window.start || iv.1 > window.end)
+            {
+                return Err(Error::Partition {
+                    path: job.path.clone(),
+                    partition: p.to_string(),
+                    message: format!(
+                        "it covers more than the run's {} window {}; replacing it would drop \
+                         rows of other runs. Partition by a value at the job's grain",
+                        window.grain,
+                        window.label()
+                    ),
+                });
+            }
+            if iv_outside(value, window) {
+                warnings.push(format!(
+                    "the output has rows for {p}, outside the run's window {}; that partition was replaced by them",
+                    window.label()
+                ));
+            }
+        }
+        if writers.keys().any(|p| p.is_null_anywhere()) {
+            warnings.push(format!(
+                "some rows have NULL in a partition column; they were written to the Hive default partition ({})",
+                idem_io::hive::DEFAULT_PARTITION
+            ));
+        }
+    }
+
+    // Every partition the window owns is replaced, even with no rows.
+    let owned = owned_partitions(job, table, window, time_kind).map_err(storage)?;
+    for p in owned {
+        if writers.contains_key(&p) {
+            continue;
+        }
+        let w = PartitionWriter::new(
+            p.clone(),
+            table.staging_dir(&run.run_id, &p),
+            Arc::clone(data_schema),
+            job.target.writer.clone(),
+        )
+        .map_err(storage)?;
+        writers.insert(p, w);
+    }
+
+    observer.phase("finishing");
+    let mut staged: Vec<WrittenPartition> = Vec::with_capacity(writers.len());
+    for (_, w) in writers {
+        staged.push(w.finish(run, schema.clone()).map_err(storage)?);
+    }
+    failpoint::hit("after_stage")?;
+
+    // Decide per partition before publishing any, so a bad state aborts cleanly.
+    let mut decisions = Vec::with_capacity(staged.len());
+    for part in staged {
+        let live = table.live_state(&part.partition).map_err(storage)?;
+        let unchanged = matches!(
+            &live,
+            Some(LiveState::Managed(m))
+                if m.digest == part.manifest.digest
+                    && m.schema_fingerprint == part.manifest.schema_fingerprint
+        );
+        decisions.push((part, unchanged));
+    }
+
+    failpoint::hit("before_publish")?;
+    observer.phase("publishing");
+    let mut reports = Vec::with_capacity(decisions.len());
+    for (part, unchanged) in decisions {
+        let t = Instant::now();
+        let name = part.partition.to_string();
+        let rows = part.manifest.rows;
+        let files = part.manifest.files.len();
+        let digest = part.manifest.digest.clone();
+        let bytes = staged_bytes(&part);
+        let (action, publish) = if unchanged {
+            table.discard(part).map_err(storage)?;
+            (Action::Unchanged, None)
+        } else {
+            let published = table.publish(Checked::new(part)).map_err(storage)?;
+            if published.mode == PublishMode::NonAtomicFallback {
+                warnings.push(format!(
+                    "{name}: the filesystem does not support atomic directory exchange; \
+                     published with two renames"
+                ));
+            }
+            failpoint::hit("after_publish_one")?;
+            let action = if rows == 0 {
+                Action::Emptied
+            } else {
+                Action::Written
+            };
+            (action, Some(published.mode))
+        };
+        reports.push(PartitionReport {
+            partition: name,
+            action,
+            rows,
+            bytes,
+            files,
+            digest,
+            publish,
+            ms: t.elapsed().as_millis() as u64,
+        });
+    }
+    Ok((reports, warnings))
+}
+
+fn iv_outside(value: &str, window: &Window) -> bool {
+    match interval_of(value) {
+        Some(iv) => !window.contains(iv),
+        None => false,
+    }
+}
+
+fn staged_bytes(part: &WrittenPartition) -> u64 {
+    part.manifest
+        .files
+        .iter()
+        .map(|f| {
+            std::fs::metadata(part.dir.join(&f.name))
+                .map(|m| m.len())
+                .unwrap_or(f.data_bytes)
+        })
+        .sum()
+}
+
+/// The partitions the run's window owns: live ones whose time value lies in the window,
+/// and, for a table partitioned by the time column alone, the window's own values.
+fn owned_partitions(
+    job: &Job,
+    table: &LocalTable,
+    window: &Window,
+    time_kind: TimeColumnKind,
+) -> idem_io::Result<Vec<PartitionPath>> {
+    let Some(tc) = job.time_column() else {
+        return Ok(Vec::new());
+    };
+    let mut owned = BTreeSet::new();
+    for p in table.live_partitions(job.target.partition_by.len())? {
+        if p.columns()
+            .ne(job.target.partition_by.iter().map(String::as_str))
+        {
+            continue;
+        }
+        if let Some(Some(v)) = p.value(tc)
+            && let Some(iv) = interval_of(v)
+            && window.contains(iv)
+        {
+            owned.insert(p);
+        }
+    }
+    if job.target.partition_by.len() == 1 {
+        for v in window_values(window, time_kind) {
+            owned.insert(PartitionPath::new(vec![(tc.to_string(), Some(v))]));
+        }
+    }
+    Ok(owned.into_iter().collect())
+}

@@ -1,0 +1,141 @@
+//! The DataFusion session of a run: sources registered as listing tables (Hive
+//! partition columns declared or inferred, so `where created_date = $run_date` prunes
+//! directories before any file is opened), idem's UDFs, and the settings idem relies on.
+
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+use datafusion::datasource::file_format::FileFormat;
+use datafusion::datasource::file_format::csv::CsvFormat;
+use datafusion::datasource::file_format::json::JsonFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::context::{SessionConfig, SessionContext};
+use datafusion::physical_plan::ExecutionPlan;
+use idem_io::manifest::InputFile;
+
+use crate::error::{Error, Result};
+use crate::job::{Format, Job, Source};
+use crate::key::IdemKey;
+
+/// Builds the session for `job` with every source registered.
+pub async fn context(job: &Job) -> Result<SessionContext> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let mut config = SessionConfig::new()
+        .with_target_partitions(threads)
+        .with_batch_size(32 * 1024)
+        .with_information_schema(true);
+    // Pushing filters into the Parquet decoder lets row-group and page statistics
+    // skip data the transform filters out anyway.
+    config.options_mut().execution.parquet.pushdown_filters = true;
+    let ctx = SessionContext::new_with_config(config);
+    ctx.register_udf(IdemKey::udf());
+    for s in &job.sources {
+        register(&ctx, job, s).await?;
+    }
+    Ok(ctx)
+}
+
+async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
+    let err = |message: String| Error::Source {
+        path: job.path.clone(),
+        source_name: s.name.clone(),
+        message,
+    };
+    let url = ListingTableUrl::parse(&s.path).map_err(|e| err(format!("path {}: {e}", s.path)))?;
+    let format: Arc<dyn FileFormat> = match s.format {
+        Format::Parquet => Arc::new(ParquetFormat::default()),
+        Format::Csv => Arc::new(
+            CsvFormat::default()
+                .with_has_header(s.csv_header)
+                .with_delimiter(s.csv_delimiter),
+        ),
+        Format::Json => Arc::new(JsonFormat::default()),
+    };
+    let is_dir = s.path.ends_with('/');
+    let extension = match (&s.extension, is_dir) {
+        (Some(e), _) => e.clone(),
+        (None, true) => match s.format {
+            Format::Parquet => ".parquet".into(),
+            Format::Csv => ".csv".into(),
+            Format::Json => ".json".into(),
+        },
+        (None, false) => String::new(),
+    };
+    let state = ctx.state();
+    let mut options = ListingOptions::new(format).with_file_extension(extension.clone());
+    let partition_cols: Vec<(String, DataType)> = match &s.partition_columns {
+        Some(cols) => cols.clone(),
+        None => options
+            .infer_partitions(&state, &url)
+            .await
+            .map_err(|e| err(format!("listing {}: {e}", s.path)))?
+            .into_iter()
+            .map(|c| (c, DataType::Utf8))
+            .collect(),
+    };
+    options = options.with_table_partition_cols(partition_cols);
+    let schema = options.infer_schema(&state, &url).await.map_err(|e| {
+        let msg = e.to_string();
+        if msg.contains("No files found") {
+            err(format!(
+                "no {extension} files under {} (set `extension` if the files are named otherwise)",
+                s.path
+            ))
+        } else {
+            err(format!("cannot read the files under {}: {msg}", s.path))
+        }
+    })?;
+    let config = ListingTableConfig::new(url)
+        .with_listing_options(options)
+        .with_schema(schema);
+    let table = ListingTable::try_new(config).map_err(|e| err(e.to_string()))?;
+    ctx.register_table(s.name.as_str(), Arc::new(table))
+        .map_err(|e| err(e.to_string()))?;
+    Ok(())
+}
+
+/// The files a physical plan will read (after partition pruning), sorted, with their
+/// sizes and modification times: recorded in the manifest as the run's inputs.
+pub fn inputs_of(plan: &Arc<dyn ExecutionPlan>, job: &Job) -> Vec<InputFile> {
+    let mut out = Vec::new();
+    collect_inputs(plan, job, &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn collect_inputs(plan: &Arc<dyn ExecutionPlan>, job: &Job, out: &mut Vec<InputFile>) {
+    if let Some(exec) = plan.downcast_ref::<DataSourceExec>()
+        && let Some(scan) = exec.data_source().downcast_ref::<FileScanConfig>()
+    {
+        for group in &scan.file_groups {
+            for f in group.files() {
+                let path = format!("/{}", f.object_meta.location);
+                let source = job
+                    .sources
+                    .iter()
+                    .filter(|s| path.starts_with(s.path.trim_end_matches(|c| c != '/')))
+                    .map(|s| s.name.clone())
+                    .next()
+                    .unwrap_or_default();
+                out.push(InputFile {
+                    source,
+                    path,
+                    size: f.object_meta.size,
+                    mtime: Some(f.object_meta.last_modified.to_rfc3339()),
+                    etag: f.object_meta.e_tag.clone(),
+                });
+            }
+        }
+    }
+    for child in plan.children() {
+        collect_inputs(child, job, out);
+    }
+}

@@ -1,0 +1,144 @@
+//! `idem status TABLE`: what the table says about itself. Every fact comes from the
+//! manifests in the partitions' Parquet footers; there is no other state to consult.
+
+use std::path::{Path, PathBuf};
+
+use idem_io::hive::PartitionPath;
+use idem_io::manifest::{LiveState, read_partition};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PartitionStatus {
+    pub partition: String,
+    /// `managed` (files match the manifest), or `foreign` (not written by idem, or
+    /// changed since).
+    pub state: &'static str,
+    pub rows: Option<u64>,
+    pub files: usize,
+    pub bytes: u64,
+    pub digest: Option<String>,
+    pub job: Option<String>,
+    pub job_fingerprint: Option<String>,
+    pub logical_date: Option<String>,
+    pub run_id: Option<String>,
+    pub idem_version: Option<String>,
+    pub inputs: Option<usize>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TableStatus {
+    pub table: String,
+    pub partitions: Vec<PartitionStatus>,
+    pub rows: u64,
+    pub bytes: u64,
+    /// Runs whose staging directories are still present (in progress, or dead).
+    pub staging: Vec<String>,
+}
+
+pub fn status(root: &Path) -> Result<TableStatus> {
+    let table_err = |message: String| Error::Table {
+        path: root.to_path_buf(),
+        message,
+    };
+    if !root.is_dir() {
+        return Err(table_err(if root.exists() {
+            "is not a directory".into()
+        } else {
+            "does not exist".into()
+        }));
+    }
+    let mut leaves = Vec::new();
+    find_partitions(root, root, &mut leaves).map_err(|e| table_err(e.to_string()))?;
+    leaves.sort();
+    let mut partitions = Vec::new();
+    for (rel, dir) in leaves {
+        let p = PartitionPath::parse(&rel).map_err(|e| table_err(e.to_string()))?;
+        let files =
+            idem_io::manifest::list_parquet_files(&dir).map_err(|e| table_err(e.to_string()))?;
+        let bytes: u64 = files
+            .iter()
+            .filter_map(|f| std::fs::metadata(f).ok())
+            .map(|m| m.len())
+            .sum();
+        let state = read_partition(&dir).map_err(|e| table_err(e.to_string()))?;
+        let s = match state {
+            LiveState::Managed(m) => PartitionStatus {
+                partition: p.to_string(),
+                state: "managed",
+                rows: Some(m.rows),
+                files: files.len(),
+                bytes,
+                digest: Some(m.digest),
+                job: Some(m.run.job),
+                job_fingerprint: Some(m.run.job_fingerprint),
+                logical_date: Some(m.run.logical_date),
+                run_id: Some(m.run.run_id),
+                idem_version: Some(m.run.idem_version),
+                inputs: Some(m.run.inputs.len()),
+            },
+            LiveState::Foreign { .. } => PartitionStatus {
+                partition: p.to_string(),
+                state: "foreign",
+                rows: None,
+                files: files.len(),
+                bytes,
+                digest: None,
+                job: None,
+                job_fingerprint: None,
+                logical_date: None,
+                run_id: None,
+                idem_version: None,
+                inputs: None,
+            },
+        };
+        partitions.push(s);
+    }
+    let table = idem_io::commit::local::LocalTable::new(root);
+    let mut staging: Vec<String> = std::fs::read_dir(table.meta_dir().join("staging"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    staging.sort();
+    Ok(TableStatus {
+        table: root.display().to_string(),
+        rows: partitions.iter().filter_map(|p| p.rows).sum(),
+        bytes: partitions.iter().map(|p| p.bytes).sum(),
+        partitions,
+        staging,
+    })
+}
+
+/// Directories holding Parquet files, reached through `col=value` directories.
+fn find_partitions(
+    root: &Path,
+    dir: &Path,
+    out: &mut Vec<(String, PathBuf)>,
+) -> std::io::Result<()> {
+    let mut has_files = false;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name.starts_with('_') {
+            continue;
+        }
+        let ft = e.file_type()?;
+        if ft.is_dir() && name.contains('=') {
+            find_partitions(root, &e.path(), out)?;
+        } else if ft.is_file() && name.ends_with(".parquet") {
+            has_files = true;
+        }
+    }
+    if has_files {
+        let rel = dir
+            .strip_prefix(root)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.push((rel, dir.to_path_buf()));
+    }
+    Ok(())
+}

@@ -1,0 +1,260 @@
+//! The logical window a run owns, and which partitions fall inside it.
+//!
+//! A run for `--date D` owns the half-open window `[run_start, run_end)` of its grain
+//! (a day, an hour or a month, in UTC). It replaces every partition its output
+//! touches, and every partition whose time value lies inside the window even when the
+//! output has no rows for it: such a partition becomes empty instead of keeping stale
+//! rows. A partition value denotes an interval at its own resolution (`2026-06` is a
+//! month, `2026-06-04` a day); a partition is owned when its interval lies inside
+//! the window.
+
+use chrono::{Datelike, Duration, NaiveDate, NaiveDateTime, NaiveTime};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Grain {
+    Hour,
+    #[default]
+    Day,
+    Month,
+}
+
+impl std::fmt::Display for Grain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Grain::Hour => "hour",
+            Grain::Day => "day",
+            Grain::Month => "month",
+        })
+    }
+}
+
+/// The window of one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub grain: Grain,
+    pub start: NaiveDateTime,
+    pub end: NaiveDateTime,
+}
+
+impl Window {
+    /// Parses `--date` for a job of `grain`: `YYYY-MM-DD` for days, `YYYY-MM-DDTHH` for
+    /// hours, `YYYY-MM` (or `YYYY-MM-01`) for months.
+    pub fn parse(grain: Grain, value: &str) -> Result<Window> {
+        let bad = |message: String| Error::BadDate {
+            value: value.to_string(),
+            message,
+        };
+        let v = value.trim();
+        let start = match grain {
+            Grain::Day => {
+                let d = NaiveDate::parse_from_str(v, "%Y-%m-%d").map_err(|_| {
+                    bad(if v.contains('T') {
+                        "this job's grain is day; give the date as YYYY-MM-DD".into()
+                    } else {
+                        "expected a date as YYYY-MM-DD".into()
+                    })
+                })?;
+                d.and_time(NaiveTime::MIN)
+            }
+            Grain::Hour => {
+                let hour =
+                    NaiveDateTime::parse_from_str(&format!("{v}:00:00"), "%Y-%m-%dT%H:%M:%S")
+                        .map_err(|_| {
+                            bad("this job's grain is hour; give it as YYYY-MM-DDTHH".into())
+                        })?;
+                hour
+            }
+            Grain::Month => {
+                let d = NaiveDate::parse_from_str(&format!("{v}-01"), "%Y-%m-%d")
+                    .or_else(|_| NaiveDate::parse_from_str(v, "%Y-%m-%d"))
+                    .map_err(|_| bad("this job's grain is month; give it as YYYY-MM".into()))?;
+                if d.day() != 1 {
+                    return Err(bad(format!(
+                        "this job's grain is month; give it as {}",
+                        d.format("%Y-%m")
+                    )));
+                }
+                d.and_time(NaiveTime::MIN)
+            }
+        };
+        Ok(Window {
+            grain,
+            start,
+            end: advance(grain, start),
+        })
+    }
+
+    /// `$run_date`: the date the window starts on.
+    pub fn run_date(&self) -> NaiveDate {
+        self.start.date()
+    }
+
+    /// The logical date as written in manifests and reports.
+    pub fn label(&self) -> String {
+        match self.grain {
+            Grain::Hour => self.start.format("%Y-%m-%dT%H").to_string(),
+            Grain::Day => self.start.format("%Y-%m-%d").to_string(),
+            Grain::Month => self.start.format("%Y-%m").to_string(),
+        }
+    }
+
+    /// Whether the interval `[a, b)` lies inside the window.
+    pub fn contains(&self, (a, b): (NaiveDateTime, NaiveDateTime)) -> bool {
+        a >= self.start && b <= self.end
+    }
+
+    /// Every day of the window (for DATE-typed time columns).
+    pub fn days(&self) -> Vec<NaiveDate> {
+        let mut out = Vec::new();
+        let mut d = self.start.date();
+        while d.and_time(NaiveTime::MIN) < self.end {
+            out.push(d);
+            d += Duration::days(1);
+        }
+        out
+    }
+}
+
+fn advance(grain: Grain, t: NaiveDateTime) -> NaiveDateTime {
+    match grain {
+        Grain::Hour => t + Duration::hours(1),
+        Grain::Day => t + Duration::days(1),
+        Grain::Month => {
+            let (y, m) = if t.month() == 12 {
+                (t.year() + 1, 1)
+            } else {
+                (t.year(), t.month() + 1)
+            };
+            NaiveDate::from_ymd_opt(y, m, 1)
+                .expect("first of month exists")
+                .and_time(NaiveTime::MIN)
+        }
+    }
+}
+
+/// The interval a partition value denotes, if it reads as a time: `YYYY-MM` (a month),
+/// `YYYY-MM-DD` or `YYYYMMDD` (a day), `YYYY-MM-DDTHH` (an hour),
+/// `YYYY-MM-DD HH:MM:SS[.f]` (an instant).
+pub fn interval_of(value: &str) -> Option<(NaiveDateTime, NaiveDateTime)> {
+    let v = value.trim();
+    if let Ok(d) = NaiveDate::parse_from_str(v, "%Y-%m-%d") {
+        let t = d.and_time(NaiveTime::MIN);
+        return Some((t, advance(Grain::Day, t)));
+    }
+    if v.len() == 8
+        && v.bytes().all(|b| b.is_ascii_digit())
+        && let Ok(d) = NaiveDate::parse_from_str(v, "%Y%m%d")
+    {
+        let t = d.and_time(NaiveTime::MIN);
+        return Some((t, advance(Grain::Day, t)));
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(&format!("{v}-01"), "%Y-%m-%d")
+        && v.len() == 7
+    {
+        let t = d.and_time(NaiveTime::MIN);
+        return Some((t, advance(Grain::Month, t)));
+    }
+    if v.len() == 13
+        && let Ok(t) = NaiveDateTime::parse_from_str(&format!("{v}:00:00"), "%Y-%m-%dT%H:%M:%S")
+    {
+        return Some((t, advance(Grain::Hour, t)));
+    }
+    for fmt in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%dT%H:%M:%S",
+    ] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(v, fmt) {
+            return Some((t, t + Duration::nanoseconds(1)));
+        }
+    }
+    None
+}
+
+/// The partition value of the window start for a time column of the given kind, used
+/// to create the owned partition when the output has no rows for it.
+pub fn window_values(window: &Window, kind: TimeColumnKind) -> Vec<String> {
+    match kind {
+        TimeColumnKind::Date => window
+            .days()
+            .iter()
+            .map(|d| d.format("%Y-%m-%d").to_string())
+            .collect(),
+        TimeColumnKind::Timestamp => vec![window.start.format("%Y-%m-%d %H:%M:%S").to_string()],
+        TimeColumnKind::Text => vec![window.label()],
+        TimeColumnKind::Other => Vec::new(),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeColumnKind {
+    Date,
+    Timestamp,
+    Text,
+    Other,
+}
+
+/// Every logical date from `from` to `to` inclusive, at the grain, oldest first.
+pub fn dates_between(grain: Grain, from: &str, to: &str) -> Result<Vec<String>> {
+    let first = Window::parse(grain, from)?;
+    let last = Window::parse(grain, to)?;
+    if last.start < first.start {
+        return Err(Error::BadDate {
+            value: to.to_string(),
+            message: format!("--to is before --from ({from})"),
+        });
+    }
+    let mut out = Vec::new();
+    let mut w = first;
+    while w.start <= last.start {
+        out.push(w.label());
+        w = Window::parse(grain, &label_of(grain, w.end))?;
+    }
+    Ok(out)
+}
+
+fn label_of(grain: Grain, t: NaiveDateTime) -> String {
+    match grain {
+        Grain::Hour => t.format("%Y-%m-%dT%H").to_string(),
+        Grain::Day => t.format("%Y-%m-%d").to_string(),
+        Grain::Month => t.format("%Y-%m").to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_dates_per_grain() {
+        let w = Window::parse(Grain::Day, "2026-06-04").unwrap();
+        assert_eq!(w.label(), "2026-06-04");
+        assert_eq!(w.end.date().to_string(), "2026-06-05");
+        let h = Window::parse(Grain::Hour, "2026-06-04T23").unwrap();
+        assert_eq!(h.end.to_string(), "2026-06-05 00:00:00");
+        let m = Window::parse(Grain::Month, "2026-12").unwrap();
+        assert_eq!(m.end.date().to_string(), "2027-01-01");
+        assert_eq!(m.days().len(), 31);
+        assert!(Window::parse(Grain::Day, "2026-13-01").is_err());
+        assert!(Window::parse(Grain::Day, "yesterday").is_err());
+        assert!(Window::parse(Grain::Month, "2026-06-04").is_err());
+    }
+
+    #[test]
+    fn ownership_is_by_interval() {
+        let day = Window::parse(Grain::Day, "2026-06-01").unwrap();
+        assert!(day.contains(interval_of("2026-06-01").unwrap()));
+        assert!(!day.contains(interval_of("2026-06").unwrap()));
+        assert!(day.contains(interval_of("2026-06-01 13:00:00").unwrap()));
+        assert!(!day.contains(interval_of("2026-06-02").unwrap()));
+        let month = Window::parse(Grain::Month, "2026-06").unwrap();
+        assert!(month.contains(interval_of("2026-06-30").unwrap()));
+        assert!(month.contains(interval_of("2026-06").unwrap()));
+        assert_eq!(interval_of("eu"), None);
+    }
+}

@@ -1,0 +1,397 @@
+//! The canonical, type-aware byte encoding of a value, shared by `idem_key` and the
+//! content digest. It is part of idem's on-disk contract (docs/digest.md): changing
+//! it changes every surrogate key and every digest, so golden tests pin it.
+//!
+//! Each value encodes as one tag byte followed by a payload; every encoding is
+//! self-delimiting, so a sequence of values encodes unambiguously by concatenation.
+//!
+//! | tag | type family | payload |
+//! |---|---|---|
+//! | 0x00 | NULL (any type) | none |
+//! | 0x01 | boolean | 1 byte, 0 or 1 |
+//! | 0x02 | integer (Int8..Int64, UInt8..UInt64) | i128, little endian |
+//! | 0x03 | float (Float16/32/64) | f64 bits LE; -0.0 as 0.0, every NaN as 0x7ff8000000000000 |
+//! | 0x04 | decimal (Decimal32..128) | scale as i8, then i128 LE; trailing zeros stripped (1.50 = 1.5) |
+//! | 0x05 | string (Utf8, LargeUtf8, Utf8View) | u64 LE byte length, UTF-8 bytes |
+//! | 0x06 | binary (Binary, LargeBinary, BinaryView, FixedSizeBinary) | u64 LE length, bytes |
+//! | 0x07 | date (Date32, Date64) | i32 LE days since 1970-01-01 |
+//! | 0x08 | timestamp (any unit, any zone) | i128 LE nanoseconds since the epoch (the UTC instant) |
+//! | 0x09 | time (Time32, Time64) | i64 LE nanoseconds since midnight |
+//! | 0x0a | list (List, LargeList, FixedSizeList, ListView) | u64 LE element count, then each element |
+//! | 0x0b | struct | u64 LE field count, then each field in order |
+//! | 0x0c | map | u64 LE entry count, then key and value of each entry |
+//! | 0x0d | duration (any unit) | i128 LE nanoseconds |
+//!
+//! Integer widths and timestamp units are normalised, so widening a column does not
+//! change keys or digests; dictionary-encoded arrays encode as their values.
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, FixedSizeListArray, MapArray,
+    StructArray,
+};
+use arrow::datatypes::*;
+
+use crate::error::{Error, Result};
+
+pub const TAG_NULL: u8 = 0x00;
+const TAG_BOOL: u8 = 0x01;
+const TAG_INT: u8 = 0x02;
+const TAG_FLOAT: u8 = 0x03;
+const TAG_DECIMAL: u8 = 0x04;
+const TAG_STRING: u8 = 0x05;
+const TAG_BINARY: u8 = 0x06;
+const TAG_DATE: u8 = 0x07;
+const TAG_TIMESTAMP: u8 = 0x08;
+const TAG_TIME: u8 = 0x09;
+const TAG_LIST: u8 = 0x0a;
+const TAG_STRUCT: u8 = 0x0b;
+const TAG_MAP: u8 = 0x0c;
+const TAG_DURATION: u8 = 0x0d;
+
+/// Checks, before any row is seen, that every value of `data_type` can be encoded.
+pub fn check_supported(column: &str, data_type: &DataType) -> Result<()> {
+    use DataType::*;
+    let ok = match data_type {
+        Null | Boolean | Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64
+        | Float16 | Float32 | Float64 | Decimal32(..) | Decimal64(..) | Decimal128(..) | Utf8
+        | LargeUtf8 | Utf8View | Binary | LargeBinary | BinaryView | FixedSizeBinary(_)
+        | Date32 | Date64 | Timestamp(..) | Time32(_) | Time64(_) | Duration(_) => true,
+        List(f) | LargeList(f) | FixedSizeList(f, _) | ListView(f) | LargeListView(f) => {
+            return check_supported(column, f.data_type());
+        }
+        Struct(fields) => {
+            for f in fields {
+                check_supported(column, f.data_type())?;
+            }
+            true
+        }
+        Map(f, _) => return check_supported(column, f.data_type()),
+        Dictionary(_, v) => return check_supported(column, v),
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::UnsupportedType {
+            column: column.to_string(),
+            data_type: data_type.to_string(),
+            what: "hash (idem_key, content digest)",
+        })
+    }
+}
+
+/// Appends the canonical encoding of `array[row]` to `out`.
+///
+/// The caller must have checked the type with [`check_supported`]; an unsupported
+/// type panics here rather than silently hashing something unspecified.
+pub fn encode_value(array: &dyn Array, row: usize, out: &mut Vec<u8>) {
+    if array.is_null(row) {
+        out.push(TAG_NULL);
+        return;
+    }
+    use DataType::*;
+    match array.data_type() {
+        Null => out.push(TAG_NULL),
+        Boolean => {
+            let a: &BooleanArray = array.as_boolean();
+            out.push(TAG_BOOL);
+            out.push(a.value(row) as u8);
+        }
+        Int8 => int(out, array.as_primitive::<Int8Type>().value(row) as i128),
+        Int16 => int(out, array.as_primitive::<Int16Type>().value(row) as i128),
+        Int32 => int(out, array.as_primitive::<Int32Type>().value(row) as i128),
+        Int64 => int(out, array.as_primitive::<Int64Type>().value(row) as i128),
+        UInt8 => int(out, array.as_primitive::<UInt8Type>().value(row) as i128),
+        UInt16 => int(out, array.as_primitive::<UInt16Type>().value(row) as i128),
+        UInt32 => int(out, array.as_primitive::<UInt32Type>().value(row) as i128),
+        UInt64 => int(out, array.as_primitive::<UInt64Type>().value(row) as i128),
+        Float16 => float(out, array.as_primitive::<Float16Type>().value(row).to_f64()),
+        Float32 => float(out, array.as_primitive::<Float32Type>().value(row) as f64),
+        Float64 => float(out, array.as_primitive::<Float64Type>().value(row)),
+        Decimal32(_, s) => decimal(
+            out,
+            array.as_primitive::<Decimal32Type>().value(row) as i128,
+            *s,
+        ),
+        Decimal64(_, s) => decimal(
+            out,
+            array.as_primitive::<Decimal64Type>().value(row) as i128,
+            *s,
+        ),
+        Decimal128(_, s) => decimal(out, array.as_primitive::<Decimal128Type>().value(row), *s),
+        Utf8 => bytes(
+            out,
+            TAG_STRING,
+            array.as_string::<i32>().value(row).as_bytes(),
+        ),
+        LargeUtf8 => bytes(
+            out,
+            TAG_STRING,
+            array.as_string::<i64>().value(row).as_bytes(),
+        ),
+        Utf8View => bytes(
+            out,
+            TAG_STRING,
+            array.as_string_view().value(row).as_bytes(),
+        ),
+        Binary => bytes(out, TAG_BINARY, array.as_binary::<i32>().value(row)),
+        LargeBinary => bytes(out, TAG_BINARY, array.as_binary::<i64>().value(row)),
+        BinaryView => bytes(out, TAG_BINARY, array.as_binary_view().value(row)),
+        FixedSizeBinary(_) => {
+            let a: &FixedSizeBinaryArray = array.as_fixed_size_binary();
+            bytes(out, TAG_BINARY, a.value(row))
+        }
+        Date32 => date(out, array.as_primitive::<Date32Type>().value(row)),
+        Date64 => date(
+            out,
+            array
+                .as_primitive::<Date64Type>()
+                .value(row)
+                .div_euclid(86_400_000) as i32,
+        ),
+        Timestamp(unit, _) => {
+            let v = match unit {
+                TimeUnit::Second => array.as_primitive::<TimestampSecondType>().value(row),
+                TimeUnit::Millisecond => {
+                    array.as_primitive::<TimestampMillisecondType>().value(row)
+                }
+                TimeUnit::Microsecond => {
+                    array.as_primitive::<TimestampMicrosecondType>().value(row)
+                }
+                TimeUnit::Nanosecond => array.as_primitive::<TimestampNanosecondType>().value(row),
+            };
+            out.push(TAG_TIMESTAMP);
+            out.extend_from_slice(&to_nanos(v, *unit).to_le_bytes());
+        }
+        Time32(unit) => {
+            let v = match unit {
+                TimeUnit::Second => array.as_primitive::<Time32SecondType>().value(row) as i64,
+                _ => array.as_primitive::<Time32MillisecondType>().value(row) as i64,
+            };
+            out.push(TAG_TIME);
+            out.extend_from_slice(&(to_nanos(v, *unit) as i64).to_le_bytes());
+        }
+        Time64(unit) => {
+            let v = match unit {
+                TimeUnit::Microsecond => array.as_primitive::<Time64MicrosecondType>().value(row),
+                _ => array.as_primitive::<Time64NanosecondType>().value(row),
+            };
+            out.push(TAG_TIME);
+            out.extend_from_slice(&(to_nanos(v, *unit) as i64).to_le_bytes());
+        }
+        Duration(unit) => {
+            let v = match unit {
+                TimeUnit::Second => array.as_primitive::<DurationSecondType>().value(row),
+                TimeUnit::Millisecond => array.as_primitive::<DurationMillisecondType>().value(row),
+                TimeUnit::Microsecond => array.as_primitive::<DurationMicrosecondType>().value(row),
+                TimeUnit::Nanosecond => array.as_primitive::<DurationNanosecondType>().value(row),
+            };
+            out.push(TAG_DURATION);
+            out.extend_from_slice(&to_nanos(v, *unit).to_le_bytes());
+        }
+        List(_) => list(out, &array.as_list::<i32>().value(row)),
+        LargeList(_) => list(out, &array.as_list::<i64>().value(row)),
+        ListView(_) => list(out, &array.as_list_view::<i32>().value(row)),
+        LargeListView(_) => list(out, &array.as_list_view::<i64>().value(row)),
+        FixedSizeList(..) => {
+            let a: &FixedSizeListArray = array.as_fixed_size_list();
+            list(out, &a.value(row))
+        }
+        Struct(_) => {
+            let a: &StructArray = array.as_struct();
+            out.push(TAG_STRUCT);
+            out.extend_from_slice(&(a.num_columns() as u64).to_le_bytes());
+            for c in a.columns() {
+                encode_value(c.as_ref(), row, out);
+            }
+        }
+        Map(..) => {
+            let a: &MapArray = array.as_map();
+            let entries = a.value(row);
+            out.push(TAG_MAP);
+            out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+            for i in 0..entries.len() {
+                encode_value(entries.column(0).as_ref(), i, out);
+                encode_value(entries.column(1).as_ref(), i, out);
+            }
+        }
+        Dictionary(..) => {
+            let a = array.as_any_dictionary();
+            let key = a.normalized_keys()[row];
+            encode_value(a.values().as_ref(), key, out);
+        }
+        other => unreachable!("canonical encoding of {other} was not checked"),
+    }
+}
+
+fn int(out: &mut Vec<u8>, v: i128) {
+    out.push(TAG_INT);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn float(out: &mut Vec<u8>, v: f64) {
+    let bits = if v.is_nan() {
+        0x7ff8_0000_0000_0000u64
+    } else if v == 0.0 {
+        0
+    } else {
+        v.to_bits()
+    };
+    out.push(TAG_FLOAT);
+    out.extend_from_slice(&bits.to_le_bytes());
+}
+
+fn decimal(out: &mut Vec<u8>, mut v: i128, mut scale: i8) {
+    while scale > 0 && v % 10 == 0 {
+        v /= 10;
+        scale -= 1;
+    }
+    if v == 0 {
+        scale = 0;
+    }
+    out.push(TAG_DECIMAL);
+    out.push(scale as u8);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn bytes(out: &mut Vec<u8>, tag: u8, b: &[u8]) {
+    out.push(tag);
+    out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn date(out: &mut Vec<u8>, days: i32) {
+    out.push(TAG_DATE);
+    out.extend_from_slice(&days.to_le_bytes());
+}
+
+fn list(out: &mut Vec<u8>, values: &ArrayRef) {
+    out.push(TAG_LIST);
+    out.extend_from_slice(&(values.len() as u64).to_le_bytes());
+    for i in 0..values.len() {
+        encode_value(values.as_ref(), i, out);
+    }
+}
+
+fn to_nanos(v: i64, unit: TimeUnit) -> i128 {
+    let v = v as i128;
+    match unit {
+        TimeUnit::Second => v * 1_000_000_000,
+        TimeUnit::Millisecond => v * 1_000_000,
+        TimeUnit::Microsecond => v * 1_000,
+        TimeUnit::Nanosecond => v,
+    }
+}
+
+/// The surrogate key of one row: xxh3-128 of the concatenated canonical encodings of
+/// `columns[..][row]`, as 32 lowercase hex digits.
+pub fn key_of_row(columns: &[&dyn Array], row: usize, buf: &mut Vec<u8>) -> String {
+    buf.clear();
+    for c in columns {
+        encode_value(*c, row, buf);
+    }
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::*;
+    use std::sync::Arc;
+
+    fn enc(a: &dyn Array, row: usize) -> Vec<u8> {
+        let mut v = Vec::new();
+        encode_value(a, row, &mut v);
+        v
+    }
+
+    #[test]
+    fn null_is_distinct_from_empty_string() {
+        let a = StringArray::from(vec![None, Some("")]);
+        assert_eq!(enc(&a, 0), vec![TAG_NULL]);
+        assert_eq!(enc(&a, 1), vec![TAG_STRING, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn integer_widths_and_string_kinds_are_normalised() {
+        let a = Int32Array::from(vec![7]);
+        let b = Int64Array::from(vec![7]);
+        assert_eq!(enc(&a, 0), enc(&b, 0));
+        let s = StringArray::from(vec!["x"]);
+        let l = LargeStringArray::from(vec!["x"]);
+        let v = StringViewArray::from(vec!["x"]);
+        assert_eq!(enc(&s, 0), enc(&l, 0));
+        assert_eq!(enc(&s, 0), enc(&v, 0));
+    }
+
+    #[test]
+    fn decimals_compare_by_value() {
+        let a = Decimal128Array::from(vec![150])
+            .with_precision_and_scale(12, 2)
+            .unwrap();
+        let b = Decimal128Array::from(vec![15])
+            .with_precision_and_scale(10, 1)
+            .unwrap();
+        assert_eq!(enc(&a, 0), enc(&b, 0));
+    }
+
+    #[test]
+    fn timestamps_are_instants() {
+        let us = TimestampMicrosecondArray::from(vec![1_000_000]).with_timezone("UTC");
+        let s = TimestampSecondArray::from(vec![1]);
+        assert_eq!(enc(&us, 0), enc(&s, 0));
+    }
+
+    #[test]
+    fn dictionary_encodes_as_values() {
+        let d: DictionaryArray<Int32Type> = vec!["a", "b", "a"].into_iter().collect();
+        let s = StringArray::from(vec!["a"]);
+        assert_eq!(enc(&d, 2), enc(&s, 0));
+    }
+
+    #[test]
+    fn concatenation_is_unambiguous() {
+        let a = StringArray::from(vec!["ab", "a"]);
+        let b = StringArray::from(vec!["", "b"]);
+        let cols: [&dyn Array; 2] = [&a, &b];
+        let mut buf = Vec::new();
+        assert_ne!(
+            key_of_row(&cols, 0, &mut buf),
+            key_of_row(&cols, 1, &mut buf)
+        );
+    }
+
+    /// Golden keys: `idem_key` output is stored in tables and joined on, so it must
+    /// never change. Do not update these values; add a new function instead.
+    #[test]
+    fn golden_keys() {
+        let ids = Int64Array::from(vec![Some(42), Some(42), None]);
+        let names = StringArray::from(vec![Some("abc"), None, Some("")]);
+        let day = Date32Array::from(vec![20000, 20000, 20000]);
+        let amount = Decimal128Array::from(vec![1250, 1250, 1250])
+            .with_precision_and_scale(12, 2)
+            .unwrap();
+        let cols: [&dyn Array; 4] = [&ids, &names, &day, &amount];
+        let mut buf = Vec::new();
+        let keys: Vec<String> = (0..3).map(|r| key_of_row(&cols, r, &mut buf)).collect();
+        assert_eq!(keys, GOLDEN_KEYS);
+        assert_eq!(
+            enc(&amount, 0),
+            [vec![TAG_DECIMAL, 1], 125i128.to_le_bytes().to_vec()].concat()
+        );
+    }
+
+    const GOLDEN_KEYS: [&str; 3] = [
+        "0aa65aff2f0ae37e2f198bd61b347162",
+        "4da8f8934fe70c2066dc952412de8b04",
+        "5a241c5b1db175778bd1ae0b7ebdc0c3",
+    ];
+
+    #[test]
+    fn unsupported_types_are_reported() {
+        let err = check_supported("x", &DataType::Interval(IntervalUnit::DayTime)).unwrap_err();
+        assert!(err.to_string().contains("column `x`"), "{err}");
+        let nested = DataType::List(Arc::new(Field::new("item", DataType::Int64, true)));
+        check_supported("l", &nested).unwrap();
+    }
+}

@@ -1,0 +1,66 @@
+//! Publishing staged partitions. A partition moves through the types
+//! `WrittenPartition` (staged, invisible to readers) → [`Checked`] (every check passed)
+//! → [`Published`], each consumed by value, so nothing can publish a partition that
+//! was not checked. Backends implement [`CommitBackend`]; `local` swaps directories
+//! with `renameat2`.
+
+pub mod local;
+
+use std::path::PathBuf;
+
+use crate::error::Result;
+use crate::hive::PartitionPath;
+use crate::manifest::LiveState;
+use crate::writer::WrittenPartition;
+
+/// A staged partition whose checks have passed.
+#[derive(Debug)]
+pub struct Checked(WrittenPartition);
+
+impl Checked {
+    /// Marks a staged partition as checked. The engine calls this only after running
+    /// the job's checks on it.
+    pub fn new(partition: WrittenPartition) -> Self {
+        Self(partition)
+    }
+
+    pub fn partition(&self) -> &WrittenPartition {
+        &self.0
+    }
+}
+
+/// How a partition became live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PublishMode {
+    /// `renameat2(RENAME_NOREPLACE)`: the partition did not exist.
+    Created,
+    /// `renameat2(RENAME_EXCHANGE)`: old and new contents swapped in one step.
+    Exchanged,
+    /// The filesystem has no `renameat2` flags: the old directory was renamed away and
+    /// the new one renamed in; a reader listing between the two steps sees no partition.
+    NonAtomicFallback,
+}
+
+#[derive(Debug)]
+pub struct Published {
+    pub partition: PartitionPath,
+    pub path: PathBuf,
+    pub mode: PublishMode,
+}
+
+/// A table's storage and its commit protocol.
+pub trait CommitBackend: Send + Sync {
+    /// Where a run stages partition `p` (outside the table root).
+    fn staging_dir(&self, run_id: &str, p: &PartitionPath) -> PathBuf;
+    /// Live partitions, found by listing `depth` levels of `col=value` directories.
+    fn live_partitions(&self, depth: usize) -> Result<Vec<PartitionPath>>;
+    /// What the live partition holds; `None` when it does not exist.
+    fn live_state(&self, p: &PartitionPath) -> Result<Option<LiveState>>;
+    /// Makes a checked partition live atomically, replacing what was there.
+    fn publish(&self, part: Checked) -> Result<Published>;
+    /// Removes a staged partition that will not be published.
+    fn discard(&self, part: WrittenPartition) -> Result<()>;
+    /// Removes what a run staged (after publishing, or after it failed).
+    fn cleanup_run(&self, run_id: &str) -> Result<()>;
+}

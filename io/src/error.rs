@@ -1,0 +1,72 @@
+//! Errors of the storage layer. Every variant names the path or partition it is about,
+//! so the engine can report it without guessing.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("writing Parquet for partition {partition}: {source}")]
+    Parquet {
+        partition: String,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+
+    #[error("reading Parquet file {path}: {source}")]
+    ParquetRead {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+
+    #[error("arrow error in partition {partition}: {source}")]
+    Arrow {
+        partition: String,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+
+    #[error("column `{column}` has type {data_type}, which idem cannot {what}")]
+    UnsupportedType {
+        column: String,
+        data_type: String,
+        what: &'static str,
+    },
+
+    #[error("manifest in {path} is not readable: {reason}")]
+    BadManifest { path: PathBuf, reason: String },
+
+    #[error(
+        "the staging area {staging} is on a different filesystem than the table {table}; \
+         an atomic rename between them is impossible. Put the table and its metadata \
+         directory on one filesystem"
+    )]
+    CrossDevice { staging: PathBuf, table: PathBuf },
+
+    #[error("target path {path} exists and is not a directory")]
+    NotADirectory { path: PathBuf },
+
+    #[error("invalid partition path `{path}`: {reason}")]
+    BadPartitionPath { path: String, reason: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { op, path, source }
+    }
+}

@@ -1,0 +1,15 @@
+//! idem-io: where idem's tables live and how partitions become visible.
+//!
+//! Knows nothing about jobs: it stages partitions, encodes them as Parquet with the
+//! manifest in their footers, computes content digests, and publishes atomically.
+
+pub mod canonical;
+pub mod commit;
+pub mod digest;
+pub mod durable;
+mod error;
+pub mod hive;
+pub mod manifest;
+pub mod writer;
+
+pub use error::{Error, Result};

@@ -1,0 +1,177 @@
+//! The partition manifest. It rides in the key-value metadata (`idem.manifest`) of every
+//! data file of the partition, so it is written in the same atomic step as the data and
+//! moves with it: the table is its own ledger, with no state kept anywhere else.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow::datatypes::Schema;
+use parquet::file::metadata::ParquetMetaDataReader;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Key of the manifest in the Parquet footer's key-value metadata.
+pub const MANIFEST_KEY: &str = "idem.manifest";
+/// Version of the manifest's JSON layout.
+pub const MANIFEST_FORMAT: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    /// The partition, as its relative path (`dt=2026-06-04`), or "" for the table root.
+    pub partition: String,
+    pub files: Vec<FileEntry>,
+    pub rows: u64,
+    /// Bytes of the data files, each counted up to (not including) its footer.
+    pub data_bytes: u64,
+    pub schema: Vec<ColumnEntry>,
+    pub schema_fingerprint: String,
+    /// Content digest of the rows (docs/digest.md).
+    pub digest: String,
+    #[serde(flatten)]
+    pub run: RunInfo,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub name: String,
+    pub rows: u64,
+    pub data_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnEntry {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub data_type: String,
+    pub nullable: bool,
+    /// True for the Hive partition columns, which live in directory names.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partition: bool,
+}
+
+/// What the engine knows about the run that wrote a partition.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub job: String,
+    pub job_fingerprint: String,
+    pub logical_date: String,
+    pub run_id: String,
+    pub idem_version: String,
+    pub inputs: Vec<InputFile>,
+}
+
+/// One file a run read: enough to tell later whether it changed.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct InputFile {
+    pub source: String,
+    pub path: String,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+}
+
+/// Describes a full output schema; `partition_columns` are flagged.
+pub fn describe_schema(schema: &Schema, partition_columns: &[String]) -> Vec<ColumnEntry> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| ColumnEntry {
+            name: f.name().clone(),
+            data_type: f.data_type().to_string(),
+            nullable: f.is_nullable(),
+            partition: partition_columns.iter().any(|p| p == f.name()),
+        })
+        .collect()
+}
+
+/// A fingerprint of a described schema: names, types, nullability and partitioning.
+pub fn schema_fingerprint(columns: &[ColumnEntry]) -> String {
+    let json = serde_json::to_vec(columns).expect("schema description serializes");
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&json))
+}
+
+impl Manifest {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("manifest serializes")
+    }
+}
+
+/// Reads the manifest from one Parquet file's footer; `Ok(None)` if it has none.
+pub fn read_from_file(path: &Path) -> Result<Option<Manifest>> {
+    let file = File::open(path).map_err(Error::io("open", path))?;
+    let meta = ParquetMetaDataReader::new()
+        .parse_and_finish(&file)
+        .map_err(|source| Error::ParquetRead {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let Some(kv) = meta.file_metadata().key_value_metadata() else {
+        return Ok(None);
+    };
+    let Some(json) = kv
+        .iter()
+        .find(|kv| kv.key == MANIFEST_KEY)
+        .and_then(|kv| kv.value.as_deref())
+    else {
+        return Ok(None);
+    };
+    let manifest: Manifest = serde_json::from_str(json).map_err(|e| Error::BadManifest {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    Ok(Some(manifest))
+}
+
+/// The state of a live partition directory as idem sees it.
+#[derive(Debug)]
+pub enum LiveState {
+    /// The directory holds exactly the files its manifest lists.
+    Managed(Manifest),
+    /// The directory exists but is not (or no longer) what an idem run left there:
+    /// no Parquet file, no manifest, or files added or removed since.
+    Foreign { files: Vec<PathBuf> },
+}
+
+/// Reads a live partition directory's manifest and checks it against the listing.
+pub fn read_partition(dir: &Path) -> Result<LiveState> {
+    let files = list_parquet_files(dir)?;
+    let Some(first) = files.first() else {
+        return Ok(LiveState::Foreign { files });
+    };
+    let Some(manifest) = read_from_file(first)? else {
+        return Ok(LiveState::Foreign { files });
+    };
+    let mut listed: Vec<&str> = files
+        .iter()
+        .filter_map(|p| p.file_name().and_then(|n| n.to_str()))
+        .collect();
+    listed.sort_unstable();
+    let mut expected: Vec<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
+    expected.sort_unstable();
+    if listed != expected {
+        return Ok(LiveState::Foreign { files });
+    }
+    Ok(LiveState::Managed(manifest))
+}
+
+/// The Parquet files directly inside `dir`, sorted by name (listing order is not trusted).
+pub fn list_parquet_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
+        let entry = entry.map_err(Error::io("list", dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with('.') || name.starts_with('_') {
+            continue;
+        }
+        if name.ends_with(".parquet") && entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}

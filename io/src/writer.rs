@@ -1,0 +1,434 @@
+//! The streaming Parquet writer of one partition.
+//!
+//! Rows arrive batch by batch and are encoded at once, column chunks in parallel on
+//! rayon, while the content digest is computed beside them; only the encoded pages of
+//! the current row group are held in memory, so a partition larger than memory is
+//! written in bounded space. Files roll at a target size. Footers are written last,
+//! when the partition is complete, because every file's footer carries the manifest
+//! of the whole partition (its file list, rows and digest).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::ArrowSchemaConverter;
+use parquet::arrow::arrow_writer::{
+    ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory, compute_leaves,
+};
+use parquet::basic::Compression;
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::{WriterProperties, WriterPropertiesPtr};
+use parquet::file::writer::SerializedFileWriter;
+use rayon::prelude::*;
+
+use crate::digest::{DigestState, digest_batch};
+use crate::durable;
+use crate::error::{Error, Result};
+use crate::hive::PartitionPath;
+use crate::manifest::{
+    ColumnEntry, FileEntry, MANIFEST_FORMAT, MANIFEST_KEY, Manifest, RunInfo, schema_fingerprint,
+};
+
+/// How partitions are encoded.
+#[derive(Clone, Debug)]
+pub struct WriterOptions {
+    pub compression: Compression,
+    /// Rows per row group (the unit of parallel reading and of statistics pruning).
+    pub row_group_rows: usize,
+    /// A file is closed and a new one started once it reaches this size.
+    pub target_file_bytes: u64,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            compression: Compression::SNAPPY,
+            row_group_rows: 1 << 20,
+            target_file_bytes: 256 << 20,
+        }
+    }
+}
+
+/// A partition fully written to its staging directory, footers included and fsynced.
+#[derive(Debug)]
+pub struct WrittenPartition {
+    pub partition: PartitionPath,
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+}
+
+type FileWriter = SerializedFileWriter<SpillFile>;
+
+/// A file that holds its descriptor only while bytes are being written: the handle is
+/// released after each row group, so a run writing thousands of partitions does not
+/// run out of file descriptors. Reopened in append mode on the next write.
+struct SpillFile {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+impl SpillFile {
+    fn create(path: PathBuf) -> Result<Self> {
+        let file = File::create(&path).map_err(Error::io("create", &path))?;
+        Ok(Self {
+            path,
+            file: Some(file),
+        })
+    }
+
+    fn handle(&mut self) -> std::io::Result<&mut File> {
+        if self.file.is_none() {
+            self.file = Some(OpenOptions::new().append(true).open(&self.path)?);
+        }
+        Ok(self.file.as_mut().expect("just opened"))
+    }
+
+    fn release(&mut self) {
+        self.file = None;
+    }
+
+    fn sync(mut self) -> Result<()> {
+        let path = self.path.clone();
+        let f = self.handle().map_err(Error::io("open", &path))?;
+        f.sync_all().map_err(Error::io("fsync", &path))
+    }
+}
+
+impl Write for SpillFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.handle()?.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self.file.as_mut() {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+struct OpenFile {
+    name: String,
+    writer: FileWriter,
+    rows: u64,
+}
+
+struct RowGroup {
+    columns: Vec<ArrowColumnWriter>,
+    rows: usize,
+}
+
+/// Writes one partition's data files into a staging directory.
+pub struct PartitionWriter {
+    partition: PartitionPath,
+    dir: PathBuf,
+    schema: SchemaRef,
+    props: WriterPropertiesPtr,
+    opts: WriterOptions,
+    /// Files whose data is complete, waiting for their footer.
+    done: Vec<OpenFile>,
+    current: Option<(OpenFile, ArrowRowGroupWriterFactory)>,
+    row_group: Option<RowGroup>,
+    digest: DigestState,
+}
+
+impl PartitionWriter {
+    /// `schema` is the schema of the data columns (partition columns excluded).
+    pub fn new(
+        partition: PartitionPath,
+        dir: PathBuf,
+        schema: SchemaRef,
+        opts: WriterOptions,
+    ) -> Result<Self> {
+        crate::digest::check_schema(&schema)?;
+        durable::create_dir_all(&dir)?;
+        let props = WriterProperties::builder()
+            .set_compression(opts.compression)
+            .set_max_row_group_row_count(Some(opts.row_group_rows))
+            .set_created_by(format!("idem {}", env!("CARGO_PKG_VERSION")))
+            .build();
+        Ok(Self {
+            partition,
+            dir,
+            schema,
+            props: Arc::new(props),
+            opts,
+            done: Vec::new(),
+            current: None,
+            row_group: None,
+            digest: DigestState::default(),
+        })
+    }
+
+    pub fn partition(&self) -> &PartitionPath {
+        &self.partition
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.digest.rows()
+    }
+
+    /// Encoded bytes so far, including the buffered row group.
+    pub fn bytes(&self) -> u64 {
+        let done: usize = self.done.iter().map(|f| f.writer.bytes_written()).sum();
+        let cur = self
+            .current
+            .as_ref()
+            .map(|(f, _)| f.writer.bytes_written())
+            .unwrap_or(0);
+        let buffered: usize = self
+            .row_group
+            .as_ref()
+            .map(|rg| {
+                rg.columns
+                    .iter()
+                    .map(|c| c.get_estimated_total_bytes())
+                    .sum()
+            })
+            .unwrap_or(0);
+        (done + cur + buffered) as u64
+    }
+
+    /// Memory held by the buffered row group.
+    pub fn buffered_memory(&self) -> usize {
+        self.row_group
+            .as_ref()
+            .map(|rg| rg.columns.iter().map(|c| c.memory_size()).sum())
+            .unwrap_or(0)
+    }
+
+    fn err(&self) -> impl Fn(parquet::errors::ParquetError) -> Error + '_ {
+        move |source| Error::Parquet {
+            partition: self.partition.to_string(),
+            source,
+        }
+    }
+
+    /// Encodes `batch` (data columns only, in schema order).
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            if self.row_group.is_none() {
+                self.start_row_group()?;
+            }
+            let rg = self.row_group.as_ref().expect("row group started");
+            let room = self.opts.row_group_rows - rg.rows;
+            let take = room.min(batch.num_rows() - offset);
+            let slice = if offset == 0 && take == batch.num_rows() {
+                batch.clone()
+            } else {
+                batch.slice(offset, take)
+            };
+            self.write_to_row_group(&slice)?;
+            offset += take;
+            if self
+                .row_group
+                .as_ref()
+                .is_some_and(|rg| rg.rows >= self.opts.row_group_rows)
+            {
+                self.flush_row_group()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_to_row_group(&mut self, batch: &RecordBatch) -> Result<()> {
+        let leaves: Vec<ArrowLeafColumn> = {
+            let mut leaves = Vec::new();
+            for (field, array) in self.schema.fields().iter().zip(batch.columns()) {
+                leaves.extend(compute_leaves(field, array).map_err(self.err())?);
+            }
+            leaves
+        };
+        let partition = self.partition.to_string();
+        let rg = self.row_group.as_mut().expect("row group started");
+        let (encoded, digest) = rayon::join(
+            || {
+                rg.columns
+                    .par_iter_mut()
+                    .zip(leaves.par_iter())
+                    .try_for_each(|(w, leaf)| w.write(leaf))
+            },
+            || digest_batch(batch),
+        );
+        encoded.map_err(|source| Error::Parquet { partition, source })?;
+        rg.rows += batch.num_rows();
+        self.digest.merge(digest);
+        Ok(())
+    }
+
+    fn start_row_group(&mut self) -> Result<()> {
+        if self.current.is_none() {
+            self.open_file()?;
+        }
+        let (file, factory) = self.current.as_ref().expect("file open");
+        let index = file.writer.flushed_row_groups().len();
+        let columns = factory.create_column_writers(index).map_err(self.err())?;
+        self.row_group = Some(RowGroup { columns, rows: 0 });
+        Ok(())
+    }
+
+    fn open_file(&mut self) -> Result<()> {
+        let index = self.done.len();
+        let name = format!("part-{index:05}.parquet");
+        let file = SpillFile::create(self.dir.join(&name))?;
+        let parquet_schema = ArrowSchemaConverter::new()
+            .with_coerce_types(self.props.coerce_types())
+            .convert(&self.schema)
+            .map_err(self.err())?;
+        let writer = SerializedFileWriter::new(
+            file,
+            parquet_schema.root_schema_ptr(),
+            Arc::clone(&self.props),
+        )
+        .map_err(self.err())?;
+        let factory = ArrowRowGroupWriterFactory::new(&writer, Arc::clone(&self.schema));
+        self.current = Some((
+            OpenFile {
+                name,
+                writer,
+                rows: 0,
+            },
+            factory,
+        ));
+        Ok(())
+    }
+
+    /// Writes the buffered row group out now (to bound memory across many partitions).
+    pub fn flush(&mut self) -> Result<()> {
+        self.flush_row_group()
+    }
+
+    fn flush_row_group(&mut self) -> Result<()> {
+        let Some(rg) = self.row_group.take() else {
+            return Ok(());
+        };
+        let partition = self.partition.to_string();
+        let err = |source| Error::Parquet {
+            partition: partition.clone(),
+            source,
+        };
+        let chunks: Vec<_> = rg
+            .columns
+            .into_par_iter()
+            .map(|c| c.close())
+            .collect::<Result<_, _>>()
+            .map_err(err)?;
+        let (file, _) = self.current.as_mut().expect("file open");
+        let mut group = file.writer.next_row_group().map_err(err)?;
+        for chunk in chunks {
+            chunk.append_to_row_group(&mut group).map_err(err)?;
+        }
+        group.close().map_err(err)?;
+        file.writer.flush().map_err(|e| err(e.into()))?;
+        file.writer.inner_mut().release();
+        file.rows += rg.rows as u64;
+        if file.writer.bytes_written() as u64 >= self.opts.target_file_bytes {
+            let (file, _) = self.current.take().expect("file open");
+            self.done.push(file);
+        }
+        Ok(())
+    }
+
+    /// Completes the partition: writes every footer with the manifest, fsyncs the files
+    /// and the directory. A partition with no rows becomes one zero-row file.
+    pub fn finish(mut self, run: &RunInfo, schema: Vec<ColumnEntry>) -> Result<WrittenPartition> {
+        self.flush_row_group()?;
+        if let Some((file, _)) = self.current.take() {
+            self.done.push(file);
+        }
+        if self.done.is_empty() {
+            self.open_file()?;
+            let (file, _) = self.current.take().expect("file open");
+            self.done.push(file);
+        }
+        let files: Vec<FileEntry> = self
+            .done
+            .iter()
+            .map(|f| FileEntry {
+                name: f.name.clone(),
+                rows: f.rows,
+                data_bytes: f.writer.bytes_written() as u64,
+            })
+            .collect();
+        let manifest = Manifest {
+            format: MANIFEST_FORMAT,
+            partition: self.partition.rel_path().to_string_lossy().into_owned(),
+            rows: self.digest.rows(),
+            data_bytes: files.iter().map(|f| f.data_bytes).sum(),
+            files,
+            schema_fingerprint: schema_fingerprint(&schema),
+            schema,
+            digest: self.digest.finish(),
+            run: run.clone(),
+        };
+        let manifest_json = manifest.to_json();
+        let arrow_schema = parquet::arrow::encode_arrow_schema(&plain_schema(&self.schema));
+        let partition = self.partition.to_string();
+        self.done
+            .into_par_iter()
+            .try_for_each(|mut f| -> Result<()> {
+                let err = |source| Error::Parquet {
+                    partition: partition.clone(),
+                    source,
+                };
+                f.writer.append_key_value_metadata(KeyValue::new(
+                    MANIFEST_KEY.into(),
+                    manifest_json.clone(),
+                ));
+                f.writer.append_key_value_metadata(KeyValue::new(
+                    "ARROW:schema".into(),
+                    arrow_schema.clone(),
+                ));
+                f.writer.into_inner().map_err(err)?.sync()
+            })?;
+        durable::sync_dir(&self.dir)?;
+        Ok(WrittenPartition {
+            partition: self.partition,
+            dir: self.dir,
+            manifest,
+        })
+    }
+
+    /// Abandons the partition, removing what was staged.
+    pub fn abort(self) -> Result<()> {
+        let dir = self.dir.clone();
+        drop(self);
+        durable::remove_dir_all(&dir)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// The schema recorded in the footer for Arrow readers: view types are recorded as
+/// their plain equivalents, which every reader understands.
+fn plain_schema(schema: &Schema) -> Schema {
+    fn plain(dt: &DataType) -> DataType {
+        match dt {
+            DataType::Utf8View => DataType::Utf8,
+            DataType::BinaryView => DataType::Binary,
+            DataType::List(f) => DataType::List(Arc::new(plain_field(f))),
+            DataType::LargeList(f) => DataType::LargeList(Arc::new(plain_field(f))),
+            DataType::Struct(fs) => {
+                DataType::Struct(fs.iter().map(|f| Arc::new(plain_field(f))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    fn plain_field(f: &Field) -> Field {
+        f.clone().with_data_type(plain(f.data_type()))
+    }
+    Schema::new_with_metadata(
+        schema
+            .fields()
+            .iter()
+            .map(|f| Arc::new(plain_field(f)))
+            .collect::<Vec<_>>(),
+        schema.metadata().clone(),
+    )
+}

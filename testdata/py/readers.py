@@ -1,0 +1,119 @@
+"""Independent readers for idem's tests: what DuckDB, Polars and pyarrow see in a table.
+
+    readers.py table DIR            rows of the Hive-partitioned table DIR, read by all
+                                    three engines; fails unless they agree
+    readers.py duckdb SQL           rows of a DuckDB query (the oracle)
+    readers.py files DIR            the data files each engine reads from DIR
+
+Rows are printed as one JSON list: each row an object of column -> value rendered as
+text (so DATE and '2026-06-04' compare equal across engines), sorted.
+"""
+
+import datetime
+import decimal
+import json
+import sys
+
+
+def canon(v):
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, datetime.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return v.isoformat(sep=" ")
+    if isinstance(v, (datetime.date, decimal.Decimal, int)):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def rows_out(rows):
+    out = [{k: canon(v) for k, v in sorted(r.items())} for r in rows]
+    out.sort(key=lambda r: json.dumps(r, sort_keys=True))
+    return out
+
+
+def duckdb_table(d):
+    import duckdb
+
+    con = duckdb.connect()
+    rel = con.sql(
+        f"select * from read_parquet('{d}/**/*.parquet', hive_partitioning=true, union_by_name=true)"
+    )
+    cols = rel.columns
+    return [dict(zip(cols, r)) for r in rel.fetchall()]
+
+
+def polars_table(d):
+    import polars as pl
+
+    df = pl.scan_parquet(d + "/", hive_partitioning=True).collect()
+    return df.to_dicts()
+
+
+def pyarrow_table(d):
+    import pyarrow.dataset as ds
+
+    t = ds.dataset(d, format="parquet", partitioning="hive").to_table()
+    return t.to_pylist()
+
+
+def files(d):
+    import duckdb
+    import polars as pl
+    import pyarrow.dataset as ds
+
+    con = duckdb.connect()
+    duck = sorted(
+        r[0]
+        for r in con.sql(
+            f"select distinct filename from read_parquet('{d}/**/*.parquet', hive_partitioning=true, filename=true)"
+        ).fetchall()
+    )
+    try:
+        pol = sorted(
+            set(
+                pl.scan_parquet(d + "/", hive_partitioning=True, include_file_paths="_path")
+                .select("_path")
+                .collect()["_path"]
+                .to_list()
+            )
+        )
+    except Exception as e:  # an empty table has no rows, so no paths
+        pol = [f"error: {e}"]
+    arrow = sorted(ds.dataset(d, format="parquet", partitioning="hive").files)
+    return {"duckdb": duck, "polars": pol, "pyarrow": arrow}
+
+
+def main():
+    cmd, arg = sys.argv[1], sys.argv[2]
+    if cmd == "table":
+        d = arg.rstrip("/")
+        seen = {
+            "duckdb": rows_out(duckdb_table(d)),
+            "polars": rows_out(polars_table(d)),
+            "pyarrow": rows_out(pyarrow_table(d)),
+        }
+        if not (seen["duckdb"] == seen["polars"] == seen["pyarrow"]):
+            for name, rows in seen.items():
+                print(f"{name}: {len(rows)} rows, first {rows[:3]}", file=sys.stderr)
+            sys.exit("readers disagree")
+        print(json.dumps(seen["duckdb"]))
+    elif cmd == "duckdb":
+        import duckdb
+
+        rel = duckdb.connect().sql(arg)
+        cols = rel.columns
+        print(json.dumps(rows_out([dict(zip(cols, r)) for r in rel.fetchall()])))
+    elif cmd == "files":
+        print(json.dumps(files(arg.rstrip("/"))))
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()
