@@ -50,7 +50,7 @@ pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -75,8 +75,12 @@ pub fn bytes(n: u64) -> String {
 
 pub fn report(r: &RunReport) {
     println!(
-        "{} {}  run {}  ({} input files)",
-        r.job, r.logical_date, r.run_id, r.inputs
+        "{} {}  run {}  ({} input file{})",
+        r.job,
+        r.logical_date,
+        r.run_id,
+        r.inputs,
+        if r.inputs == 1 { "" } else { "s" }
     );
     let width = r
         .partitions
@@ -87,7 +91,7 @@ pub fn report(r: &RunReport) {
         .max(9);
     println!(
         "  {:<width$}  {:<9}  {:>12}  {:>10}  {:>8}",
-        "partition", "action", "rows", "bytes", "time"
+        "partition", "action", "rows", "bytes", "publish"
     );
     for p in &r.partitions {
         println!(

@@ -237,7 +237,7 @@ impl Job {
                 byte_size(size).map_err(|m| invalid(format!("[target] file_size: {m}")))?;
         }
         let target = Target {
-            path: absolute(&target_path),
+            path: absolute(target_path.trim_end_matches('/')),
             partition_by: t.partition_by.clone(),
             mode: t.mode,
             grain: t.grain,

@@ -61,12 +61,10 @@ impl Window {
                 d.and_time(NaiveTime::MIN)
             }
             Grain::Hour => {
-                let hour =
-                    NaiveDateTime::parse_from_str(&format!("{v}:00:00"), "%Y-%m-%dT%H:%M:%S")
-                        .map_err(|_| {
-                            bad("this job's grain is hour; give it as YYYY-MM-DDTHH".into())
-                        })?;
-                hour
+                NaiveDateTime::parse_from_str(&format!("{v}:00:00"), "%Y-%m-%dT%H:%M:%S")
+                    .map_err(|_| {
+                        bad("this job's grain is hour; give it as YYYY-MM-DDTHH".into())
+                    })?
             }
             Grain::Month => {
                 let d = NaiveDate::parse_from_str(&format!("{v}-01"), "%Y-%m-%d")

@@ -1,5 +1,5 @@
 //! The canonical, type-aware byte encoding of a value, shared by `idem_key` and the
-//! content digest. It is part of idem's on-disk contract (docs/digest.md): changing
+//! content digest. It is part of idem's on-disk contract (the README, "Content digest and canonical encoding"): changing
 //! it changes every surrogate key and every digest, so golden tests pin it.
 //!
 //! Each value encodes as one tag byte followed by a payload; every encoding is

@@ -130,7 +130,7 @@ pub fn read_from_file(path: &Path) -> Result<Option<Manifest>> {
 #[derive(Debug)]
 pub enum LiveState {
     /// The directory holds exactly the files its manifest lists.
-    Managed(Manifest),
+    Managed(Box<Manifest>),
     /// The directory exists but is not (or no longer) what an idem run left there:
     /// no Parquet file, no manifest, or files added or removed since.
     Foreign { files: Vec<PathBuf> },
@@ -155,7 +155,7 @@ pub fn read_partition(dir: &Path) -> Result<LiveState> {
     if listed != expected {
         return Ok(LiveState::Foreign { files });
     }
-    Ok(LiveState::Managed(manifest))
+    Ok(LiveState::Managed(Box::new(manifest)))
 }
 
 /// The Parquet files directly inside `dir`, sorted by name (listing order is not trusted).
