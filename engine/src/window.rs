@@ -62,9 +62,7 @@ impl Window {
             }
             Grain::Hour => {
                 NaiveDateTime::parse_from_str(&format!("{v}:00:00"), "%Y-%m-%dT%H:%M:%S")
-                    .map_err(|_| {
-                        bad("this job's grain is hour; give it as YYYY-MM-DDTHH".into())
-                    })?
+                    .map_err(|_| bad("this job's grain is hour; give it as YYYY-MM-DDTHH".into()))?
             }
             Grain::Month => {
                 let d = NaiveDate::parse_from_str(&format!("{v}-01"), "%Y-%m-%d")
@@ -103,17 +101,6 @@ impl Window {
     /// Whether the interval `[a, b)` lies inside the window.
     pub fn contains(&self, (a, b): (NaiveDateTime, NaiveDateTime)) -> bool {
         a >= self.start && b <= self.end
-    }
-
-    /// Every day of the window (for DATE-typed time columns).
-    pub fn days(&self) -> Vec<NaiveDate> {
-        let mut out = Vec::new();
-        let mut d = self.start.date();
-        while d.and_time(NaiveTime::MIN) < self.end {
-            out.push(d);
-            d += Duration::days(1);
-        }
-        out
     }
 }
 
@@ -174,18 +161,20 @@ pub fn interval_of(value: &str) -> Option<(NaiveDateTime, NaiveDateTime)> {
     None
 }
 
-/// The partition value of the window start for a time column of the given kind, used
-/// to create the owned partition when the output has no rows for it.
+/// The partition value a run creates (empty) when its output has no rows for its own
+/// window: the window's start, written the way the time column writes it. Only where
+/// the column's resolution is the grain's: a DATE column for daily jobs, a TIMESTAMP for
+/// hourly ones, text (`YYYY-MM-DD`, `YYYY-MM-DDTHH`, `YYYY-MM`) for any grain. A DATE
+/// column under a monthly job may hold days or months, so nothing is created there
+/// (live partitions inside the window are still replaced).
 pub fn window_values(window: &Window, kind: TimeColumnKind) -> Vec<String> {
-    match kind {
-        TimeColumnKind::Date => window
-            .days()
-            .iter()
-            .map(|d| d.format("%Y-%m-%d").to_string())
-            .collect(),
-        TimeColumnKind::Timestamp => vec![window.start.format("%Y-%m-%d %H:%M:%S").to_string()],
-        TimeColumnKind::Text => vec![window.label()],
-        TimeColumnKind::Other => Vec::new(),
+    match (kind, window.grain) {
+        (TimeColumnKind::Date, Grain::Day) => vec![window.start.format("%Y-%m-%d").to_string()],
+        (TimeColumnKind::Timestamp, Grain::Hour) => {
+            vec![window.start.format("%Y-%m-%d %H:%M:%S").to_string()]
+        }
+        (TimeColumnKind::Text, _) => vec![window.label()],
+        _ => Vec::new(),
     }
 }
 
@@ -237,7 +226,6 @@ mod tests {
         assert_eq!(h.end.to_string(), "2026-06-05 00:00:00");
         let m = Window::parse(Grain::Month, "2026-12").unwrap();
         assert_eq!(m.end.date().to_string(), "2027-01-01");
-        assert_eq!(m.days().len(), 31);
         assert!(Window::parse(Grain::Day, "2026-13-01").is_err());
         assert!(Window::parse(Grain::Day, "yesterday").is_err());
         assert!(Window::parse(Grain::Month, "2026-06-04").is_err());

@@ -198,3 +198,143 @@ partition_by = ["dt", "status"]
     let again = lake.idem_ok(&["run", &job, "--date", "2026-06-05", "--json"]);
     assert!(actions(&again).iter().all(|(_, a)| a == "unchanged"));
 }
+
+#[test]
+fn hourly_job_owns_its_hour() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "hourly",
+        r#"
+name = "hourly"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+[transform]
+sql = """
+select order_id, amount_usd, date_trunc('hour', created_at) as hour
+from orders
+where created_at >= $run_start and created_at < $run_end
+"""
+[target]
+path = "out/hourly"
+partition_by = ["hour"]
+grain = "hour"
+"#,
+    );
+    let report = lake.idem_ok(&["run", &job, "--date", "2026-06-02T05", "--json"]);
+    assert_eq!(
+        actions(&report),
+        vec![(
+            "hour=2026-06-02 05%3A00%3A00".to_string(),
+            "written".to_string()
+        )]
+    );
+    let rows = report[0]["rows"].as_u64().unwrap();
+    let expected = readers(&[
+        "duckdb",
+        &format!(
+            "select count(*) as n from read_parquet('{}/testdata/lake/raw/orders/*/*.parquet') \
+             where created_at >= timestamptz '2026-06-02 05:00:00+00' \
+               and created_at < timestamptz '2026-06-02 06:00:00+00'",
+            lake.path().display()
+        ),
+    ]);
+    assert_eq!(expected[0]["n"].as_str().unwrap(), rows.to_string());
+    // An hour without source rows becomes an empty partition of its own.
+    let report = lake.idem_ok(&["run", &job, "--date", "2026-07-01T00", "--json"]);
+    assert_eq!(
+        actions(&report),
+        vec![(
+            "hour=2026-07-01 00%3A00%3A00".to_string(),
+            "emptied".to_string()
+        )]
+    );
+    // The wrong date shape for the grain is refused.
+    let out = lake.idem(&["run", &job, "--date", "2026-06-02"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("YYYY-MM-DDTHH"));
+}
+
+#[test]
+fn monthly_job_replaces_the_days_it_owns_and_vars_are_typed() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "monthly",
+        r#"
+name = "monthly"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = """
+select store_id, count(*) as orders, created_date as dt
+from orders
+where created_date >= $run_date and created_date < cast($run_end as date)
+  and store_id <= $max_store
+group by store_id, created_date
+"""
+[target]
+path = "out/monthly"
+partition_by = ["dt"]
+grain = "month"
+"#,
+    );
+    let first = lake.idem_ok(&[
+        "run",
+        &job,
+        "--date",
+        "2026-06",
+        "--var",
+        "max_store:int=50",
+        "--json",
+    ]);
+    assert_eq!(actions(&first).len(), 7);
+    // Days deleted from the source are emptied by the next monthly run; the others are
+    // unchanged.
+    for d in ["2026-06-06", "2026-06-07"] {
+        std::fs::remove_dir_all(lake.join(&format!("testdata/lake/raw/orders/created_date={d}")))
+            .unwrap();
+    }
+    let second = lake.idem_ok(&[
+        "run",
+        &job,
+        "--date",
+        "2026-06",
+        "--var",
+        "max_store:int=50",
+        "--json",
+    ]);
+    let acts = actions(&second);
+    assert_eq!(
+        acts.iter().filter(|(_, a)| a == "unchanged").count(),
+        5,
+        "{acts:?}"
+    );
+    assert_eq!(
+        acts.iter()
+            .filter(|(_, a)| a == "emptied")
+            .map(|(p, _)| p.as_str())
+            .collect::<Vec<_>>(),
+        vec!["dt=2026-06-06", "dt=2026-06-07"]
+    );
+    // A different --var changes the rows: every day with data is rewritten.
+    let third = lake.idem_ok(&[
+        "run",
+        &job,
+        "--date",
+        "2026-06",
+        "--var",
+        "max_store:int=10",
+        "--json",
+    ]);
+    assert_eq!(
+        actions(&third)
+            .iter()
+            .filter(|(_, a)| a == "written")
+            .count(),
+        5
+    );
+    // Missing the var is an error naming it.
+    let out = lake.idem(&["run", &job, "--date", "2026-06"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("$max_store"));
+}

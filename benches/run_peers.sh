@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Ranks idem among the peer engines of ../shared/bench in one run, on the same data:
+#   benches/run_peers.sh --engines idem,duckdb,polars --workloads w1 --repeat 3
+# Every argument goes to run_peers.py. Builds target/release/idem first (about 25
+# minutes on 2 cores the first time) and keeps the peers' Python environment in
+# $PEERS_VENV (default ~/.cache/peers-venv).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BENCH=${IDEM_PEER_BENCH:-$ROOT/../shared/bench}
+VENV=${PEERS_VENV:-$HOME/.cache/peers-venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q -r "$BENCH/requirements.txt"
+fi
+command -v /usr/bin/time >/dev/null || apt-get install -y time
+(cd "$ROOT" && cargo build --release -p idem-cli)
+PEERS=$(mktemp -d)
+trap 'rm -rf "$PEERS"' EXIT
+for d in "$BENCH"/peers/*; do ln -s "$d" "$PEERS/"; done
+ln -s "$ROOT/benches/peers/idem" "$PEERS/idem"
+IDEM_BIN="$ROOT/target/release/idem" "$VENV/bin/python" "$BENCH/run_peers.py" --peers "$PEERS" "$@"
