@@ -432,3 +432,97 @@ fn plain_schema(schema: &Schema) -> Schema {
         schema.metadata().clone(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{describe_schema, read_from_file};
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    fn batch(start: i64, n: i64) -> RecordBatch {
+        let ids: Vec<i64> = (start..start + n).collect();
+        let names: Vec<String> = ids.iter().map(|i| format!("name-{i}")).collect();
+        RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
+            ("name", Arc::new(StringArray::from(names)) as ArrayRef),
+        ])
+        .unwrap()
+    }
+
+    fn write(dir: &Path, opts: WriterOptions, batches: &[RecordBatch]) -> WrittenPartition {
+        let schema = batches[0].schema();
+        let p = PartitionPath::new(vec![("dt".into(), Some("2026-06-01".into()))]);
+        let mut w = PartitionWriter::new(p, dir.to_path_buf(), Arc::clone(&schema), opts).unwrap();
+        for b in batches {
+            w.write(b).unwrap();
+        }
+        w.finish(&RunInfo::default(), describe_schema(&schema, &[]))
+            .unwrap()
+    }
+
+    #[test]
+    fn files_roll_and_every_footer_carries_the_whole_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let batches: Vec<_> = (0..20).map(|i| batch(i * 1000, 1000)).collect();
+        let small = WriterOptions {
+            row_group_rows: 3000,
+            target_file_bytes: 16 << 10,
+            ..Default::default()
+        };
+        let rolled = write(&dir.path().join("a"), small, &batches);
+        let one = write(&dir.path().join("b"), WriterOptions::default(), &batches);
+        assert!(
+            rolled.manifest.files.len() > 1,
+            "{:?}",
+            rolled.manifest.files
+        );
+        assert_eq!(one.manifest.files.len(), 1);
+        assert_eq!(rolled.manifest.rows, 20_000);
+        // The digest does not depend on how rows are split into files.
+        assert_eq!(rolled.manifest.digest, one.manifest.digest);
+
+        let mut rows = 0;
+        for f in &rolled.manifest.files {
+            let path = rolled.dir.join(&f.name);
+            assert_eq!(read_from_file(&path).unwrap().unwrap(), rolled.manifest);
+            let reader =
+                ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+                    .unwrap()
+                    .build()
+                    .unwrap();
+            let n: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+            assert_eq!(n as u64, f.rows);
+            rows += n;
+        }
+        assert_eq!(rows, 20_000);
+    }
+
+    #[test]
+    fn an_empty_partition_is_one_zero_row_file_with_schema_and_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = batch(0, 1).schema();
+        let p = PartitionPath::new(vec![("dt".into(), Some("2026-06-02".into()))]);
+        let w = PartitionWriter::new(
+            p,
+            dir.path().join("e"),
+            Arc::clone(&schema),
+            WriterOptions::default(),
+        )
+        .unwrap();
+        let written = w
+            .finish(&RunInfo::default(), describe_schema(&schema, &[]))
+            .unwrap();
+        assert_eq!(written.manifest.rows, 0);
+        assert_eq!(written.manifest.files.len(), 1);
+        let path = written.dir.join("part-00000.parquet");
+        let builder =
+            ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap()).unwrap();
+        assert_eq!(builder.schema().fields().len(), 2);
+        assert_eq!(builder.metadata().file_metadata().num_rows(), 0);
+        assert_eq!(
+            read_from_file(&path).unwrap().unwrap().digest,
+            written.manifest.digest
+        );
+    }
+}
