@@ -80,7 +80,8 @@ struct TargetFile {
     mode: Mode,
     #[serde(default)]
     grain: Grain,
-    /// The partition column that carries the logical date (default: the first).
+    /// The partition column that carries the logical date (default: the first DATE or
+    /// TIMESTAMP partition column, else the first).
     time_column: Option<String>,
     compression: Option<String>,
     row_group_rows: Option<usize>,
@@ -260,14 +261,6 @@ impl Job {
             target,
             fingerprint,
         })
-    }
-
-    /// The column whose partition values carry the logical date.
-    pub fn time_column(&self) -> Option<&str> {
-        self.target
-            .time_column
-            .as_deref()
-            .or(self.target.partition_by.first().map(String::as_str))
     }
 }
 
@@ -472,7 +465,6 @@ partition_by = ["dt"]
         let job = parse(MINIMAL).unwrap();
         assert_eq!(job.name, "t");
         assert_eq!(job.target.grain, Grain::Day);
-        assert_eq!(job.time_column(), Some("dt"));
         assert!(job.target.path.is_absolute());
     }
 

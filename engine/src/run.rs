@@ -108,7 +108,7 @@ pub struct Planned {
     ctx: SessionContext,
     df: DataFrame,
     output: SchemaRef,
-    time_kind: TimeColumnKind,
+    time: Option<TimeColumn>,
 }
 
 impl Planned {
@@ -138,7 +138,7 @@ pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
     let bound = params::bind(&job.path, df.logical_plan(), &values)?;
     let df = df.with_param_values(bound).map_err(sql_err)?;
     let output: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-    let time_kind = check_output(job, &window, &output)?;
+    let time = check_output(job, &window, &output)?;
     check_live_layout(job)?;
     Ok(Planned {
         job: job.clone(),
@@ -146,7 +146,7 @@ pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
         ctx,
         df,
         output,
-        time_kind,
+        time,
     })
 }
 
@@ -158,7 +158,7 @@ fn sql_message(e: &datafusion::error::DataFusionError) -> String {
         .to_string()
 }
 
-fn check_output(job: &Job, window: &Window, output: &SchemaRef) -> Result<TimeColumnKind> {
+fn check_output(job: &Job, window: &Window, output: &SchemaRef) -> Result<Option<TimeColumn>> {
     let out_err = |message: String| Error::Output {
         path: job.path.clone(),
         message,
@@ -207,19 +207,33 @@ fn check_output(job: &Job, window: &Window, output: &SchemaRef) -> Result<TimeCo
         idem_io::canonical::check_supported(f.name(), f.data_type())
             .map_err(|e| out_err(e.to_string()))?;
     }
-    let Some(tc) = job.time_column() else {
-        return Ok(TimeColumnKind::Other);
-    };
-    let dt = output
-        .field_with_name(tc)
+    let kind_of = |c: &str| match output
+        .field_with_name(c)
         .expect("checked above")
-        .data_type();
-    let kind = match dt {
+        .data_type()
+    {
         DataType::Date32 | DataType::Date64 => TimeColumnKind::Date,
         DataType::Timestamp(..) => TimeColumnKind::Timestamp,
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => TimeColumnKind::Text,
         _ => TimeColumnKind::Other,
     };
+    // The time column: as the job says, else the first DATE or TIMESTAMP partition
+    // column, else the first partition column.
+    let partition_by = &job.target.partition_by;
+    let tc = match &job.target.time_column {
+        Some(tc) => tc.clone(),
+        None => match partition_by
+            .iter()
+            .find(|c| matches!(kind_of(c), TimeColumnKind::Date | TimeColumnKind::Timestamp))
+        {
+            Some(c) => c.clone(),
+            None => match partition_by.first() {
+                Some(c) => c.clone(),
+                None => return Ok(None),
+            },
+        },
+    };
+    let kind = kind_of(&tc);
     if window.grain == Grain::Hour && kind == TimeColumnKind::Date {
         return Err(out_err(format!(
             "partition column `{tc}` is a DATE but the job's grain is hour: each hourly run \
@@ -227,7 +241,14 @@ fn check_output(job: &Job, window: &Window, output: &SchemaRef) -> Result<TimeCo
              YYYY-MM-DDTHH string) or set grain = \"day\""
         )));
     }
-    Ok(kind)
+    Ok(Some(TimeColumn { name: tc, kind }))
+}
+
+/// The partition column that carries the logical date, and what its values look like.
+#[derive(Clone, Debug)]
+struct TimeColumn {
+    name: String,
+    kind: TimeColumnKind,
 }
 
 /// The table's existing partition columns must be the job's: a job that says `dt` on a
@@ -293,7 +314,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         ctx,
         df,
         output,
-        time_kind,
+        time,
     } = planned;
     let storage = |source| Error::Storage {
         target: job.target.path.clone(),
@@ -343,7 +364,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                     &job2,
                     &table2,
                     &window,
-                    time_kind,
+                    time.as_ref(),
                     &data_schema,
                     writers,
                     &run_info,
@@ -521,7 +542,7 @@ fn finish_and_publish(
     job: &Job,
     table: &LocalTable,
     window: &Window,
-    time_kind: TimeColumnKind,
+    time: Option<&TimeColumn>,
     data_schema: &SchemaRef,
     mut writers: Writers,
     run: &RunInfo,
@@ -536,7 +557,7 @@ fn finish_and_publish(
 
     // Partitions the output touches must not be coarser than the window: replacing a
     // whole day with one hour's rows would drop the other hours.
-    if let Some(tc) = job.time_column() {
+    if let Some(tc) = time.map(|t| t.name.as_str()) {
         for p in writers.keys() {
             let Some(Some(value)) = p.value(tc) else {
                 continue;
@@ -573,7 +594,7 @@ fn finish_and_publish(
     }
 
     // Every partition the window owns is replaced, even with no rows.
-    let owned = owned_partitions(job, table, window, time_kind).map_err(storage)?;
+    let owned = owned_partitions(job, table, window, time).map_err(storage)?;
     for p in owned {
         if writers.contains_key(&p) {
             continue;
@@ -671,16 +692,25 @@ fn staged_bytes(part: &WrittenPartition) -> u64 {
 }
 
 /// The partitions the run's window owns: live ones whose time value lies in the window,
-/// and, for a table partitioned by the time column alone, the window's own values.
+/// and, for a table partitioned by the time column alone, the window's own values. An
+/// unpartitioned table is owned whole by every run.
 fn owned_partitions(
     job: &Job,
     table: &LocalTable,
     window: &Window,
-    time_kind: TimeColumnKind,
+    time: Option<&TimeColumn>,
 ) -> idem_io::Result<Vec<PartitionPath>> {
-    let Some(tc) = job.time_column() else {
+    if job.target.partition_by.is_empty() {
+        return Ok(vec![PartitionPath::root()]);
+    }
+    let Some(TimeColumn {
+        name: tc,
+        kind: time_kind,
+    }) = time
+    else {
         return Ok(Vec::new());
     };
+    let (tc, time_kind) = (tc.as_str(), *time_kind);
     let mut owned = BTreeSet::new();
     for p in table.live_partitions(job.target.partition_by.len())? {
         if p.columns()

@@ -34,6 +34,12 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
     // Pushing filters into the Parquet decoder lets row-group and page statistics
     // skip data the transform filters out anyway.
     config.options_mut().execution.parquet.pushdown_filters = true;
+    // Match globs against the whole path below their prefix (`raw/*/x.csv`), and read
+    // the files of nested directories of a directory source.
+    config
+        .options_mut()
+        .execution
+        .listing_table_ignore_subdirectory = false;
     let ctx = SessionContext::new_with_config(config);
     ctx.register_udf(IdemKey::udf());
     for s in &job.sources {
@@ -84,8 +90,13 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
     let schema = options.infer_schema(&state, &url).await.map_err(|e| {
         let msg = e.to_string();
         if msg.contains("No files found") {
+            let what = if extension.is_empty() {
+                "no files match".to_string()
+            } else {
+                format!("no {extension} files under")
+            };
             err(format!(
-                "no {extension} files under {} (set `extension` if the files are named otherwise)",
+                "{what} {} (set `extension` if the files are named otherwise)",
                 s.path
             ))
         } else {

@@ -338,3 +338,69 @@ grain = "month"
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("$max_store"));
 }
+
+#[test]
+fn json_and_csv_glob_sources_into_an_unpartitioned_table() {
+    let lake = Lake::new();
+    let events = lake.join("raw/events");
+    std::fs::create_dir_all(&events).unwrap();
+    let mut lines = String::new();
+    for i in 0..50 {
+        let day = if i % 2 == 0 {
+            "2026-06-01"
+        } else {
+            "2026-06-02"
+        };
+        lines.push_str(&format!(
+            "{{\"id\": {i}, \"kind\": \"{}\", \"day\": \"{day}\"}}\n",
+            ["view", "click"][i % 2]
+        ));
+    }
+    std::fs::write(events.join("events.jsonl"), lines).unwrap();
+    let job = lake.job(
+        "kinds",
+        r#"
+name = "kinds"
+[sources.events]
+path = "raw/events/events.jsonl"
+format = "json"
+[sources.customers]
+path = "testdata/lake/raw/*/customers.csv"
+format = "csv"
+[transform]
+sql = """
+select kind, count(*) as n, (select count(*) from customers) as customers
+from events where cast(day as date) = $run_date group by kind
+"""
+[target]
+path = "out/kinds"
+"#,
+    );
+    let first = lake.idem_ok(&["run", &job, "--date", "2026-06-01", "--json"]);
+    assert_eq!(
+        actions(&first),
+        vec![("(table)".to_string(), "written".to_string())]
+    );
+    let rows = readers(&["table", lake.join("out/kinds").to_str().unwrap()]);
+    assert_eq!(
+        rows,
+        serde_json::json!([{"customers": "1000", "kind": "view", "n": "25"}])
+    );
+    // The whole table is what one run owns: the next date replaces it, and a date with
+    // no rows leaves it empty.
+    lake.idem_ok(&["run", &job, "--date", "2026-06-02"]);
+    let rows = readers(&["table", lake.join("out/kinds").to_str().unwrap()]);
+    assert_eq!(rows[0]["kind"], "click");
+    let empty = lake.idem_ok(&["run", &job, "--date", "2026-06-03", "--json"]);
+    assert_eq!(
+        actions(&empty),
+        vec![("(table)".to_string(), "emptied".to_string())]
+    );
+    let rows = readers(&["table", lake.join("out/kinds").to_str().unwrap()]);
+    assert_eq!(rows, serde_json::json!([]));
+    let again = lake.idem_ok(&["run", &job, "--date", "2026-06-03", "--json"]);
+    assert_eq!(
+        actions(&again),
+        vec![("(table)".to_string(), "unchanged".to_string())]
+    );
+}
