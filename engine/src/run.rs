@@ -290,8 +290,11 @@ fn check_live_layout(job: &Job) -> Result<()> {
 
 /// Plans and executes a run, publishing its partitions.
 pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> Result<RunReport> {
+    let started = Instant::now();
     let planned = plan(job, opts).await?;
-    execute(planned, observer).await
+    let mut report = execute(planned, observer).await?;
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
 }
 
 fn new_run_id() -> String {
@@ -326,7 +329,13 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     };
 
     observer.phase("planning");
-    let plan = df.create_physical_plan().await.map_err(exec_err)?;
+    let plan = match df.create_physical_plan().await {
+        Ok(plan) => plan,
+        Err(e) => {
+            let files = crate::session::all_source_files(&ctx, &job).await;
+            return Err(crate::session::diagnose_inputs(&job, &files).unwrap_or(exec_err(e)));
+        }
+    };
     let inputs: Vec<InputFile> = crate::session::inputs_of(&plan, &job);
 
     let table = LocalTable::new(&job.target.path);
@@ -374,6 +383,9 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             })
             .await
             .expect("publish task panicked")
+        }
+        Err(e @ Error::Execution { .. }) => {
+            Err(crate::session::diagnose_inputs(&job, &run_info.inputs).unwrap_or(e))
         }
         Err(e) => Err(e),
     };

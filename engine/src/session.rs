@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::csv::CsvFormat;
 use datafusion::datasource::file_format::json::JsonFormat;
@@ -16,7 +16,9 @@ use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::context::{SessionConfig, SessionContext};
 use datafusion::physical_plan::ExecutionPlan;
+use futures::TryStreamExt;
 use idem_io::manifest::InputFile;
+use object_store::ObjectMeta;
 
 use crate::error::{Error, Result};
 use crate::job::{Format, Job, Source};
@@ -64,16 +66,7 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         ),
         Format::Json => Arc::new(JsonFormat::default()),
     };
-    let is_dir = s.path.ends_with('/');
-    let extension = match (&s.extension, is_dir) {
-        (Some(e), _) => e.clone(),
-        (None, true) => match s.format {
-            Format::Parquet => ".parquet".into(),
-            Format::Csv => ".csv".into(),
-            Format::Json => ".json".into(),
-        },
-        (None, false) => String::new(),
-    };
+    let extension = extension_of(s);
     let state = ctx.state();
     let mut options = ListingOptions::new(format).with_file_extension(extension.clone());
     let partition_cols: Vec<(String, DataType)> = match &s.partition_columns {
@@ -87,22 +80,20 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
             .collect(),
     };
     options = options.with_table_partition_cols(partition_cols);
-    let schema = options.infer_schema(&state, &url).await.map_err(|e| {
-        let msg = e.to_string();
-        if msg.contains("No files found") {
-            let what = if extension.is_empty() {
-                "no files match".to_string()
-            } else {
-                format!("no {extension} files under")
-            };
-            err(format!(
-                "{what} {} (set `extension` if the files are named otherwise)",
+    let schema = infer_schema(&state, &url, &options, &extension)
+        .await
+        .map_err(|e| match e {
+            Inference::NoFiles => err(format!(
+                "{} {} (set `extension` if the files are named otherwise)",
+                if extension.is_empty() {
+                    "no files match".to_string()
+                } else {
+                    format!("no {extension} files under")
+                },
                 s.path
-            ))
-        } else {
-            err(format!("cannot read the files under {}: {msg}", s.path))
-        }
-    })?;
+            )),
+            Inference::Failed(e) => err(format!("cannot read the files under {}: {e}", s.path)),
+        })?;
     let config = ListingTableConfig::new(url)
         .with_listing_options(options)
         .with_schema(schema);
@@ -110,6 +101,89 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
     ctx.register_table(s.name.as_str(), Arc::new(table))
         .map_err(|e| err(e.to_string()))?;
     Ok(())
+}
+
+enum Inference {
+    NoFiles,
+    Failed(datafusion::error::DataFusionError),
+}
+
+/// The source's schema, read from its newest file (the last path in sorted order, which
+/// for date-partitioned sources is the latest day). DataFusion's own inference opens
+/// every file, which for a lake of a few years means thousands of footers per run;
+/// older files with fewer columns are adapted to this schema when read.
+async fn infer_schema(
+    state: &datafusion::execution::SessionState,
+    url: &ListingTableUrl,
+    options: &ListingOptions,
+    extension: &str,
+) -> std::result::Result<SchemaRef, Inference> {
+    let store = state
+        .runtime_env()
+        .object_store(url)
+        .map_err(Inference::Failed)?;
+    let mut files: Vec<ObjectMeta> = url
+        .list_all_files(state, store.as_ref(), extension)
+        .await
+        .map_err(Inference::Failed)?
+        .try_collect()
+        .await
+        .map_err(Inference::Failed)?;
+    files.retain(|f| f.size > 0);
+    files.sort_by(|a, b| a.location.cmp(&b.location));
+    let Some(newest) = files.last() else {
+        return Err(Inference::NoFiles);
+    };
+    options
+        .format
+        .infer_schema(state, &store, std::slice::from_ref(newest))
+        .await
+        .map_err(Inference::Failed)
+}
+
+/// The suffix of the files a source reads: as configured, else the format's for a
+/// directory, and none for a file or a glob.
+fn extension_of(s: &Source) -> String {
+    match (&s.extension, s.path.ends_with('/')) {
+        (Some(e), _) => e.clone(),
+        (None, true) => match s.format {
+            Format::Parquet => ".parquet".into(),
+            Format::Csv => ".csv".into(),
+            Format::Json => ".json".into(),
+        },
+        (None, false) => String::new(),
+    }
+}
+
+/// Every file of every source, for diagnosing a failure that happened before the
+/// plan's own file list was known (DataFusion reads footers while planning).
+pub async fn all_source_files(ctx: &SessionContext, job: &Job) -> Vec<InputFile> {
+    let state = ctx.state();
+    let mut out = Vec::new();
+    for s in &job.sources {
+        let Ok(url) = ListingTableUrl::parse(&s.path) else {
+            continue;
+        };
+        let Ok(store) = state.runtime_env().object_store(&url) else {
+            continue;
+        };
+        let ext = extension_of(s);
+        let Ok(stream) = url.list_all_files(&state, store.as_ref(), &ext).await else {
+            continue;
+        };
+        let files: Vec<ObjectMeta> = stream.try_collect().await.unwrap_or_default();
+        for f in files {
+            out.push(InputFile {
+                source: s.name.clone(),
+                path: format!("/{}", f.location),
+                size: f.size,
+                mtime: None,
+                etag: None,
+            });
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The files a physical plan will read (after partition pruning), sorted, with their
@@ -149,4 +223,42 @@ fn collect_inputs(plan: &Arc<dyn ExecutionPlan>, job: &Job, out: &mut Vec<InputF
     for child in plan.children() {
         collect_inputs(child, job, out);
     }
+}
+
+/// After a failed execution, finds an input file that cannot be read, so the error can
+/// name it: DataFusion's decoding errors do not say which file they came from.
+pub fn diagnose_inputs(job: &Job, inputs: &[InputFile]) -> Option<Error> {
+    for input in inputs {
+        let Some(source) = job.sources.iter().find(|s| s.name == input.source) else {
+            continue;
+        };
+        let path = std::path::Path::new(&input.path);
+        let problem = match source.format {
+            Format::Parquet => std::fs::File::open(path)
+                .map_err(|e| e.to_string())
+                .and_then(|f| {
+                    parquet::file::metadata::ParquetMetaDataReader::new()
+                        .parse_and_finish(&f)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                })
+                .err(),
+            Format::Csv | Format::Json => std::fs::read(path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| {
+                    std::str::from_utf8(&b)
+                        .map(|_| ())
+                        .map_err(|e| format!("not UTF-8 text ({e})"))
+                })
+                .err(),
+        };
+        if let Some(problem) = problem {
+            return Some(Error::Source {
+                path: job.path.clone(),
+                source_name: source.name.clone(),
+                message: format!("file {} cannot be read: {problem}", input.path),
+            });
+        }
+    }
+    None
 }

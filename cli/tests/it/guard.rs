@@ -131,6 +131,21 @@ fn bad_input_is_named_and_changes_nothing() {
         assert_eq!(before, snapshot(&table), "{what}: the table changed");
     }
 
+    // A source file that does not parse: the error names it, nothing changes.
+    let bad_file = lake.join("testdata/lake/raw/orders/created_date=2026-06-01/part-0.parquet");
+    let good_bytes = std::fs::read(&bad_file).unwrap();
+    std::fs::write(&bad_file, b"not parquet").unwrap();
+    let out = lake.idem(&["run", fct, "--date", "2026-06-01"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("created_date=2026-06-01/part-0.parquet"),
+        "{err}"
+    );
+    assert!(err.contains("source `orders`"), "{err}");
+    assert_eq!(before, snapshot(&table));
+    std::fs::write(&bad_file, good_bytes).unwrap();
+
     let out = lake.idem(&["run", fct, "--date", "2026-06-31"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("2026-06-31"));

@@ -56,15 +56,16 @@ impl LocalTable {
         &self.meta
     }
 
-    /// Creates the table root and metadata directories and checks that staging and
-    /// table share a filesystem, so the swap can be a rename.
+    /// Creates the metadata directory and checks that staging and table share a
+    /// filesystem, so the swap can be a rename. The table root itself is created only
+    /// when the first partition is published: a run that fails earlier leaves no trace
+    /// under the table's path.
     pub fn prepare(&self) -> Result<()> {
         if self.root.exists() && !self.root.is_dir() {
             return Err(Error::NotADirectory {
                 path: self.root.clone(),
             });
         }
-        durable::create_dir_all(&self.root)?;
         let staging = self.meta.join("staging");
         durable::create_dir_all(&staging)?;
         let dev = |p: &Path| {
@@ -72,7 +73,12 @@ impl LocalTable {
                 .map(|m| m.dev())
                 .map_err(Error::io("stat", p))
         };
-        if dev(&self.root)? != dev(&staging)? {
+        // The root, or the nearest ancestor that exists (where it will be created).
+        let mut anchor = self.root.as_path();
+        while !anchor.exists() {
+            anchor = anchor.parent().unwrap_or(Path::new("/"));
+        }
+        if dev(anchor)? != dev(&staging)? {
             return Err(Error::CrossDevice {
                 staging,
                 table: self.root.clone(),
