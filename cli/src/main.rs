@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 success; 1 the run failed while reading, computing or writing (the
 //! table is left with every partition old or new); 2 bad input — arguments, job file,
-//! SQL, or a determinism or layout check — and nothing was written.
+//! SQL, or a determinism or layout check — and nothing was written; 3 a check on the
+//! staged output failed and nothing was published.
 
 mod render;
 
@@ -124,11 +125,13 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            let bad_input = err
-                .downcast_ref::<idem_engine::Error>()
-                .is_some_and(|e| e.is_bad_input());
+            let engine = err.downcast_ref::<idem_engine::Error>();
             eprintln!("error: {err:#}");
-            ExitCode::from(if bad_input { 2 } else { 1 })
+            ExitCode::from(match engine {
+                Some(e) if e.is_check_failure() => 3,
+                Some(e) if e.is_bad_input() => 2,
+                _ => 1,
+            })
         }
     }
 }
@@ -237,7 +240,13 @@ fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
                     eprintln!("error: {date}: {e}");
                 }
                 if e.is_bad_input() || args.fail_fast {
-                    return Ok(ExitCode::from(if e.is_bad_input() { 2 } else { 1 }));
+                    return Ok(ExitCode::from(if e.is_bad_input() {
+                        2
+                    } else if e.is_check_failure() {
+                        3
+                    } else {
+                        1
+                    }));
                 }
             }
         }

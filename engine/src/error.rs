@@ -68,6 +68,17 @@ pub enum Error {
         source: idem_io::Error,
     },
 
+    #[error(
+        "job file {path}: check `{check}` failed on partition {partition}: {details}\n\
+         Nothing was published; the live partitions are unchanged."
+    )]
+    CheckFailed {
+        path: PathBuf,
+        check: String,
+        partition: String,
+        details: String,
+    },
+
     #[error("table {path}: {message}")]
     Table { path: PathBuf, message: String },
 }
@@ -75,6 +86,11 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// True when a check on the staged output failed (exit code 3).
+    pub fn is_check_failure(&self) -> bool {
+        matches!(self, Error::CheckFailed { .. })
+    }
+
     /// True when the error comes from the job file, the arguments or the SQL, which the
     /// user must fix; false for failures while reading, computing or writing.
     pub fn is_bad_input(&self) -> bool {

@@ -13,6 +13,7 @@ use idem_io::writer::WriterOptions;
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};
 use serde::{Deserialize, Serialize};
 
+use crate::checks::Checks;
 use crate::error::{Error, Result};
 use crate::window::Grain;
 
@@ -26,6 +27,8 @@ struct JobFile {
     sources: BTreeMap<String, SourceFile>,
     transform: TransformFile,
     target: TargetFile,
+    #[serde(default)]
+    checks: Checks,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -112,6 +115,7 @@ pub struct Job {
     pub sources: Vec<Source>,
     pub sql: String,
     pub target: Target,
+    pub checks: Checks,
     /// Hash of everything that determines the output: the parsed job and its SQL.
     pub fingerprint: String,
 }
@@ -259,6 +263,7 @@ impl Job {
             sources,
             sql,
             target,
+            checks: file.checks,
             fingerprint,
         })
     }

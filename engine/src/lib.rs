@@ -4,6 +4,7 @@
 //! refuses what would make two runs differ, streams the output into staged partitions
 //! through `idem-io`, and publishes each atomically.
 
+pub mod checks;
 mod error;
 pub mod failpoint;
 pub mod guard;

@@ -139,6 +139,22 @@ pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
     let df = df.with_param_values(bound).map_err(sql_err)?;
     let output: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let time = check_output(job, &window, &output)?;
+    for (check, column) in job.checks.columns() {
+        if output.field_with_name(&column).is_err() {
+            return Err(Error::Output {
+                path: job.path.clone(),
+                message: format!(
+                    "has no column `{column}`, which [checks] {check} names; its columns are: {}",
+                    output
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+    }
     check_live_layout(job)?;
     Ok(Planned {
         job: job.clone(),
@@ -368,8 +384,8 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             let table2 = table.clone();
             let job2 = job.clone();
             let observer2 = Arc::clone(&observer);
-            tokio::task::spawn_blocking(move || {
-                finish_and_publish(
+            let finalized = tokio::task::spawn_blocking(move || {
+                finalize(
                     &job2,
                     &table2,
                     &window,
@@ -382,7 +398,29 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                 )
             })
             .await
-            .expect("publish task panicked")
+            .expect("finalize task panicked");
+            match finalized {
+                Ok((staged, warnings)) => {
+                    observer.phase("checking");
+                    match crate::checks::run(&job, &job.checks, &output, &staged).await {
+                        Ok(()) => {
+                            // Checks passed: only now can a partition become `Checked`.
+                            let checked: Vec<Checked> =
+                                staged.into_iter().map(Checked::new).collect();
+                            let table2 = table.clone();
+                            let job2 = job.clone();
+                            let observer2 = Arc::clone(&observer);
+                            tokio::task::spawn_blocking(move || {
+                                publish_all(&job2, &table2, checked, warnings, observer2.as_ref())
+                            })
+                            .await
+                            .expect("publish task panicked")
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            }
         }
         Err(e @ Error::Execution { .. }) => {
             Err(crate::session::diagnose_inputs(&job, &run_info.inputs).unwrap_or(e))
@@ -549,8 +587,10 @@ fn enforce_budget(writers: &mut Writers) -> idem_io::Result<()> {
     }
 }
 
+/// Completes every partition the run writes or owns in the staging area (footers with
+/// the manifest, fsync). Publishes nothing.
 #[allow(clippy::too_many_arguments)]
-fn finish_and_publish(
+fn finalize(
     job: &Job,
     table: &LocalTable,
     window: &Window,
@@ -560,7 +600,7 @@ fn finish_and_publish(
     run: &RunInfo,
     schema: Vec<ColumnEntry>,
     observer: &dyn Observer,
-) -> Result<(Vec<PartitionReport>, Vec<String>)> {
+) -> Result<(Vec<WrittenPartition>, Vec<String>)> {
     let storage = |source| Error::Storage {
         target: job.target.path.clone(),
         source,
@@ -627,16 +667,32 @@ fn finish_and_publish(
         staged.push(w.finish(run, schema.clone()).map_err(storage)?);
     }
     failpoint::hit("after_stage")?;
+    Ok((staged, warnings))
+}
 
+/// Publishes checked partitions: each is compared with the live one by digest and
+/// schema and left alone when equal, else swapped in atomically.
+fn publish_all(
+    job: &Job,
+    table: &LocalTable,
+    checked: Vec<Checked>,
+    mut warnings: Vec<String>,
+    observer: &dyn Observer,
+) -> Result<(Vec<PartitionReport>, Vec<String>)> {
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
+    };
     // Decide per partition before publishing any, so a bad state aborts cleanly.
-    let mut decisions = Vec::with_capacity(staged.len());
-    for part in staged {
-        let live = table.live_state(&part.partition).map_err(storage)?;
+    let mut decisions = Vec::with_capacity(checked.len());
+    for part in checked {
+        let written = part.partition();
+        let live = table.live_state(&written.partition).map_err(storage)?;
         let unchanged = matches!(
             &live,
             Some(LiveState::Managed(m))
-                if m.digest == part.manifest.digest
-                    && m.schema_fingerprint == part.manifest.schema_fingerprint
+                if m.digest == written.manifest.digest
+                    && m.schema_fingerprint == written.manifest.schema_fingerprint
         );
         decisions.push((part, unchanged));
     }
@@ -646,16 +702,17 @@ fn finish_and_publish(
     let mut reports = Vec::with_capacity(decisions.len());
     for (part, unchanged) in decisions {
         let t = Instant::now();
-        let name = part.partition.to_string();
-        let rows = part.manifest.rows;
-        let files = part.manifest.files.len();
-        let digest = part.manifest.digest.clone();
-        let bytes = staged_bytes(&part);
+        let written = part.partition();
+        let name = written.partition.to_string();
+        let rows = written.manifest.rows;
+        let files = written.manifest.files.len();
+        let digest = written.manifest.digest.clone();
+        let bytes = staged_bytes(written);
         let (action, publish) = if unchanged {
-            table.discard(part).map_err(storage)?;
+            table.discard(part.into_inner()).map_err(storage)?;
             (Action::Unchanged, None)
         } else {
-            let published = table.publish(Checked::new(part)).map_err(storage)?;
+            let published = table.publish(part).map_err(storage)?;
             if published.mode == PublishMode::NonAtomicFallback {
                 warnings.push(format!(
                     "{name}: the filesystem does not support atomic directory exchange; \

@@ -27,6 +27,11 @@ impl Checked {
     pub fn partition(&self) -> &WrittenPartition {
         &self.0
     }
+
+    /// Gives the staged partition back (to discard it when it equals the live one).
+    pub fn into_inner(self) -> WrittenPartition {
+        self.0
+    }
 }
 
 /// How a partition became live.

@@ -1,0 +1,336 @@
+//! Checks on the staged output, before anything is published (write-audit-publish).
+//!
+//! The staged partitions are read back as a table named `output` (data columns plus the
+//! partition columns, in the transform's column order). A failing check aborts the
+//! run: the staging area is removed and every live partition is left as it was. The
+//! error names the check and the partition and shows up to five example rows.
+
+use std::collections::BTreeMap;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion::common::ScalarValue;
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::context::SessionContext;
+use datafusion::prelude::{ParquetReadOptions, lit};
+use idem_io::writer::WrittenPartition;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::job::Job;
+
+/// The `[checks]` table of a job file.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checks {
+    /// One key (`["a", "b"]`: unique together) or several (`[["a"], ["b", "c"]]`).
+    #[serde(default)]
+    pub unique: Option<UniqueKeys>,
+    #[serde(default)]
+    pub not_null: Vec<String>,
+    /// Per partition, counting partitions the run empties.
+    pub min_rows: Option<u64>,
+    pub max_rows: Option<u64>,
+    /// Column -> the values it may hold (NULL passes; add the column to not_null to
+    /// forbid it).
+    #[serde(default)]
+    pub accepted_values: BTreeMap<String, Vec<toml::Value>>,
+    /// SQL over `output` returning one boolean; anything but true fails.
+    #[serde(default)]
+    pub assert: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum UniqueKeys {
+    One(Vec<String>),
+    Many(Vec<Vec<String>>),
+}
+
+impl Checks {
+    pub fn is_empty(&self) -> bool {
+        self.unique.is_none()
+            && self.not_null.is_empty()
+            && self.min_rows.is_none()
+            && self.max_rows.is_none()
+            && self.accepted_values.is_empty()
+            && self.assert.is_empty()
+    }
+
+    fn unique_keys(&self) -> Vec<Vec<String>> {
+        match &self.unique {
+            None => Vec::new(),
+            Some(UniqueKeys::One(k)) if k.is_empty() => Vec::new(),
+            Some(UniqueKeys::One(k)) => vec![k.clone()],
+            Some(UniqueKeys::Many(ks)) => ks.clone(),
+        }
+    }
+
+    /// Columns the checks name, to validate against the output before running.
+    pub fn columns(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for k in self.unique_keys() {
+            out.extend(k.into_iter().map(|c| ("unique", c)));
+        }
+        out.extend(self.not_null.iter().map(|c| ("not_null", c.clone())));
+        out.extend(
+            self.accepted_values
+                .keys()
+                .map(|c| ("accepted_values", c.clone())),
+        );
+        out
+    }
+}
+
+fn failed(job: &Job, check: String, partition: String, details: String) -> Error {
+    Error::CheckFailed {
+        path: job.path.clone(),
+        check,
+        partition,
+        details,
+    }
+}
+
+fn quote(c: &str) -> String {
+    format!("\"{}\"", c.replace('"', "\"\""))
+}
+
+fn sql_literal(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => format!("'{}'", s.replace('\'', "''")),
+        toml::Value::Datetime(d) => format!("'{d}'"),
+        other => other.to_string(),
+    }
+}
+
+async fn rows(ctx: &SessionContext, job: &Job, sql: &str) -> Result<Vec<RecordBatch>> {
+    let exec = |e: datafusion::error::DataFusionError| Error::Execution {
+        path: job.path.clone(),
+        message: format!("running check `{sql}`: {e}"),
+    };
+    ctx.sql(sql)
+        .await
+        .map_err(exec)?
+        .collect()
+        .await
+        .map_err(exec)
+}
+
+fn count(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(|b| b.num_rows()).sum()
+}
+
+fn show(batches: &[RecordBatch]) -> String {
+    let options = arrow::util::display::FormatOptions::default().with_null("NULL");
+    arrow::util::pretty::pretty_format_batches_with_options(batches, &options)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// Registers the staged partitions as the table `output`.
+async fn register_output(
+    ctx: &SessionContext,
+    job: &Job,
+    output: &SchemaRef,
+    staged: &[WrittenPartition],
+) -> Result<()> {
+    let exec = |e: datafusion::error::DataFusionError| Error::Execution {
+        path: job.path.clone(),
+        message: format!("reading the staged output back for checks: {e}"),
+    };
+    let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
+    let mut union: Option<DataFrame> = None;
+    for part in staged {
+        let dir = format!("{}/", part.dir.display());
+        let mut df = ctx
+            .read_parquet(dir, ParquetReadOptions::default())
+            .await
+            .map_err(exec)?;
+        for (col, value) in part.partition.parts() {
+            let field = output
+                .field_with_name(col)
+                .expect("partition column in output");
+            let scalar = match value {
+                Some(v) => ScalarValue::try_from_string(v.clone(), field.data_type()),
+                None => ScalarValue::try_from(field.data_type()),
+            }
+            .map_err(exec)?;
+            df = df.with_column(col, lit(scalar)).map_err(exec)?;
+        }
+        let df = df.select_columns(&names).map_err(exec)?;
+        union = Some(match union {
+            None => df,
+            Some(u) => u.union(df).map_err(exec)?,
+        });
+    }
+    if let Some(df) = union {
+        ctx.register_table("output", df.into_view()).map_err(exec)?;
+    }
+    Ok(())
+}
+
+/// Runs every check of the job on the staged partitions.
+pub async fn run(
+    job: &Job,
+    checks: &Checks,
+    output: &SchemaRef,
+    staged: &[WrittenPartition],
+) -> Result<()> {
+    if checks.is_empty() {
+        return Ok(());
+    }
+    for part in staged {
+        let rows = part.manifest.rows;
+        if let Some(min) = checks.min_rows
+            && rows < min
+        {
+            return Err(failed(
+                job,
+                format!("min_rows = {min}"),
+                part.partition.to_string(),
+                format!("the partition has {rows} rows"),
+            ));
+        }
+        if let Some(max) = checks.max_rows
+            && rows > max
+        {
+            return Err(failed(
+                job,
+                format!("max_rows = {max}"),
+                part.partition.to_string(),
+                format!("the partition has {rows} rows"),
+            ));
+        }
+    }
+    if staged.is_empty() {
+        return Ok(());
+    }
+    let ctx = SessionContext::new();
+    ctx.register_udf(crate::key::IdemKey::udf());
+    register_output(&ctx, job, output, staged).await?;
+    let partition_cols: Vec<String> = job.target.partition_by.iter().map(|c| quote(c)).collect();
+    let partition_of = |batches: &[RecordBatch]| -> String {
+        let Some(b) = batches.iter().find(|b| b.num_rows() > 0) else {
+            return "(none)".into();
+        };
+        if job.target.partition_by.is_empty() {
+            return "(table)".into();
+        }
+        let mut parts = Vec::new();
+        for c in &job.target.partition_by {
+            let col = b.column_by_name(c).expect("partition column selected");
+            let v = arrow::util::display::array_value_to_string(col, 0).unwrap_or_default();
+            parts.push(format!("{c}={v}"));
+        }
+        parts.join("/")
+    };
+    let with_partition = |cols: &str| {
+        if partition_cols.is_empty() {
+            cols.to_string()
+        } else {
+            format!("{}, {cols}", partition_cols.join(", "))
+        }
+    };
+
+    for c in &checks.not_null {
+        let sql = format!("select * from output where {} is null limit 5", quote(c));
+        let found = rows(&ctx, job, &sql).await?;
+        if count(&found) > 0 {
+            let n = rows(
+                &ctx,
+                job,
+                &format!("select count(*) from output where {} is null", quote(c)),
+            )
+            .await?;
+            return Err(failed(
+                job,
+                format!("not_null: {c}"),
+                partition_of(&found),
+                format!(
+                    "{} rows have NULL in `{c}`; for example:\n{}",
+                    show_scalar(&n),
+                    show(&found)
+                ),
+            ));
+        }
+    }
+    for key in checks.unique_keys() {
+        let cols: Vec<String> = key.iter().map(|c| quote(c)).collect();
+        let sql = format!(
+            "select {}, count(*) as copies from output group by {} having count(*) > 1 order by copies desc limit 5",
+            cols.join(", "),
+            cols.join(", ")
+        );
+        let found = rows(&ctx, job, &sql).await?;
+        if count(&found) > 0 {
+            let where_dup = format!(
+                "select {} from output where ({}) in (select {} from output group by {} having count(*) > 1) limit 5",
+                with_partition(&cols.join(", ")),
+                cols.join(", "),
+                cols.join(", "),
+                cols.join(", ")
+            );
+            let example = rows(&ctx, job, &where_dup).await.unwrap_or_default();
+            return Err(failed(
+                job,
+                format!("unique: {}", key.join(", ")),
+                partition_of(&example),
+                format!(
+                    "duplicate keys (with their number of copies):\n{}",
+                    show(&found)
+                ),
+            ));
+        }
+    }
+    for (c, values) in &checks.accepted_values {
+        let list: Vec<String> = values.iter().map(sql_literal).collect();
+        let sql = format!(
+            "select * from output where {} not in ({}) limit 5",
+            quote(c),
+            list.join(", ")
+        );
+        let found = rows(&ctx, job, &sql).await?;
+        if count(&found) > 0 {
+            return Err(failed(
+                job,
+                format!("accepted_values: {c}"),
+                partition_of(&found),
+                format!(
+                    "rows with a value outside [{}]; for example:\n{}",
+                    list.join(", "),
+                    show(&found)
+                ),
+            ));
+        }
+    }
+    for sql in &checks.assert {
+        let result = rows(&ctx, job, sql).await?;
+        let ok = result.len() == 1
+            && result[0].num_rows() == 1
+            && result[0].num_columns() == 1
+            && matches!(
+                ScalarValue::try_from_array(result[0].column(0), 0),
+                Ok(ScalarValue::Boolean(Some(true)))
+            );
+        if !ok {
+            return Err(failed(
+                job,
+                format!("assert: {sql}"),
+                "(output)".into(),
+                format!(
+                    "it returned (expected one row holding true):\n{}",
+                    show(&result)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn show_scalar(batches: &[RecordBatch]) -> String {
+    batches
+        .first()
+        .filter(|b| b.num_rows() > 0)
+        .and_then(|b| arrow::util::display::array_value_to_string(b.column(0), 0).ok())
+        .unwrap_or_else(|| "?".into())
+}
