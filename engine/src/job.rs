@@ -88,6 +88,8 @@ struct TargetFile {
     time_column: Option<String>,
     compression: Option<String>,
     row_group_rows: Option<usize>,
+    #[serde(default)]
+    on_schema_change: OnSchemaChange,
     file_size: Option<ByteSize>,
 }
 
@@ -96,6 +98,17 @@ struct TargetFile {
 enum ByteSize {
     Bytes(u64),
     Text(String),
+}
+
+/// What a run does when its output's schema differs from the live table's.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnSchemaChange {
+    /// Refuse, showing both schemas side by side.
+    #[default]
+    Fail,
+    /// Write the new schema; untouched partitions keep theirs until rewritten.
+    Allow,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -140,6 +153,7 @@ pub struct Target {
     pub mode: Mode,
     pub grain: Grain,
     pub time_column: Option<String>,
+    pub on_schema_change: OnSchemaChange,
     pub writer: WriterOptions,
 }
 
@@ -247,6 +261,7 @@ impl Job {
             mode: t.mode,
             grain: t.grain,
             time_column: t.time_column.clone(),
+            on_schema_change: t.on_schema_change,
             writer,
         };
 

@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::failpoint;
-use crate::job::Job;
+use crate::job::{Job, OnSchemaChange};
 use crate::params::{self, Var};
 use crate::route::Router;
 use crate::window::{Grain, TimeColumnKind, Window, interval_of, window_values};
@@ -156,6 +156,7 @@ pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
         }
     }
     check_live_layout(job)?;
+    check_schema_change(job, &output)?;
     Ok(Planned {
         job: job.clone(),
         window,
@@ -800,4 +801,70 @@ fn owned_partitions(
         }
     }
     Ok(owned.into_iter().collect())
+}
+
+/// The live table's schema must be the output's unless the job allows a change: a
+/// retyped column would otherwise leave partitions that readers cannot union.
+fn check_schema_change(job: &Job, output: &SchemaRef) -> Result<()> {
+    if job.target.on_schema_change == OnSchemaChange::Allow {
+        return Ok(());
+    }
+    let table = LocalTable::new(&job.target.path);
+    let Ok(mut partitions) = table.live_partitions(job.target.partition_by.len()) else {
+        return Ok(());
+    };
+    // The newest partition (last in path order) speaks for the table.
+    partitions.reverse();
+    let live = partitions.iter().find_map(|p| match table.live_state(p) {
+        Ok(Some(LiveState::Managed(m))) => Some((p.clone(), m)),
+        _ => None,
+    });
+    let Some((partition, manifest)) = live else {
+        return Ok(());
+    };
+    let new = describe_schema(output, &job.target.partition_by);
+    let key = |c: &ColumnEntry| (c.name.clone(), c.data_type.clone(), c.partition);
+    if manifest.schema.iter().map(key).eq(new.iter().map(key)) {
+        return Ok(());
+    }
+    let mut names: Vec<&str> = manifest.schema.iter().map(|c| c.name.as_str()).collect();
+    for c in &new {
+        if !names.contains(&c.name.as_str()) {
+            names.push(&c.name);
+        }
+    }
+    let find = |cols: &[ColumnEntry], n: &str| {
+        cols.iter()
+            .find(|c| c.name == n)
+            .map(|c| c.data_type.clone())
+    };
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(6).max(6);
+    let mut table_text = format!("  {:<width$}  {:<24}  output\n", "column", "table");
+    for n in names {
+        let (old, now) = (find(&manifest.schema, n), find(&new, n));
+        let note = match (&old, &now) {
+            (None, Some(_)) => "  <- added",
+            (Some(_), None) => "  <- dropped",
+            (Some(a), Some(b)) if a != b => "  <- retyped",
+            _ => "",
+        };
+        let line = format!(
+            "  {:<width$}  {:<24}  {:<24}{note}",
+            n,
+            old.as_deref().unwrap_or("-"),
+            now.as_deref().unwrap_or("-"),
+        );
+        table_text.push_str(line.trim_end());
+        table_text.push('\n');
+    }
+    Err(Error::Partition {
+        path: job.path.clone(),
+        partition: partition.to_string(),
+        message: format!(
+            "the output's schema differs from the table's ({}):\n{table_text}\
+             Fix the SQL, or set on_schema_change = \"allow\" in [target] to write the new schema \
+             (partitions this run does not replace keep the old one until rewritten)",
+            job.target.path.display()
+        ),
+    })
 }

@@ -74,6 +74,18 @@ pub struct InputFile {
     pub etag: Option<String>,
 }
 
+/// The name a type is recorded under: view and large string/binary types as their
+/// plain equivalents, which hold the same values (so a DataFusion upgrade that switches
+/// to view types does not read as a schema change).
+pub fn type_name(dt: &arrow::datatypes::DataType) -> String {
+    use arrow::datatypes::DataType::*;
+    match dt {
+        Utf8View | LargeUtf8 => Utf8.to_string(),
+        BinaryView | LargeBinary => Binary.to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// Describes a full output schema; `partition_columns` are flagged.
 pub fn describe_schema(schema: &Schema, partition_columns: &[String]) -> Vec<ColumnEntry> {
     schema
@@ -81,7 +93,7 @@ pub fn describe_schema(schema: &Schema, partition_columns: &[String]) -> Vec<Col
         .iter()
         .map(|f| ColumnEntry {
             name: f.name().clone(),
-            data_type: f.data_type().to_string(),
+            data_type: type_name(f.data_type()),
             nullable: f.is_nullable(),
             partition: partition_columns.iter().any(|p| p == f.name()),
         })

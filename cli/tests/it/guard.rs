@@ -153,3 +153,58 @@ fn bad_input_is_named_and_changes_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(before, snapshot(&table));
 }
+
+#[test]
+fn schema_changes_are_refused_unless_allowed() {
+    let lake = Lake::new();
+    let fct = "testdata/jobs/fct_orders.toml";
+    lake.idem_ok(&["run", fct, "--date", "2026-06-01"]);
+    let table = lake.join("lake/analytics/fct_orders");
+    let before = snapshot(&table);
+    let good = std::fs::read_to_string(lake.join(fct)).unwrap();
+    for (what, text, note) in [
+        (
+            "retyped",
+            good.replace(
+                "store_id, amount_usd",
+                "store_id, cast(amount_usd as double) as amount_usd",
+            ),
+            "amount_usd",
+        ),
+        (
+            "added",
+            good.replace("store_id, amount_usd", "store_id, amount_usd, 1 as coupon"),
+            "coupon",
+        ),
+        (
+            "dropped",
+            good.replace("store_id, amount_usd", "amount_usd"),
+            "store_id",
+        ),
+    ] {
+        let job = lake.job("changed", &text);
+        let out = lake.idem(&["run", &job, "--date", "2026-06-02"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert!(err.contains(&format!("<- {what}")), "{what}: {err}");
+        assert!(
+            err.contains(note) && err.contains("on_schema_change"),
+            "{what}: {err}"
+        );
+        assert!(err.contains("Decimal128(12, 2)"), "{what}: {err}");
+        assert_eq!(before, snapshot(&table), "{what}: the table changed");
+    }
+    // Allowed, the new schema is written for the partitions the run replaces.
+    let allowed = good
+        .replace("store_id, amount_usd", "store_id, amount_usd, 1 as coupon")
+        .replace(
+            "grain = \"day\"",
+            "grain = \"day\"\non_schema_change = \"allow\"",
+        );
+    let job = lake.job("changed", &allowed);
+    let report = lake.idem_ok(&["run", &job, "--date", "2026-06-01", "--json"]);
+    assert_eq!(
+        actions(&report),
+        vec![("dt=2026-06-01".into(), "written".into())]
+    );
+}
