@@ -40,6 +40,8 @@ enum Command {
     Backfill(BackfillArgs),
     /// Show a table's partitions as their manifests describe them.
     Status(StatusArgs),
+    /// Remove what dead runs left in a table's staging area (live runs are untouched).
+    Gc(StatusArgs),
     /// Generate deterministic sample data.
     #[command(subcommand)]
     Gen(GenCommand),
@@ -191,6 +193,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Gen(g) => gen_data(g),
+        Command::Gc(args) => {
+            let cleaned = idem_engine::status::gc(&args.table)?;
+            if args.json {
+                println!("{}", serde_json::json!({ "removed_runs": cleaned }));
+            } else if cleaned.is_empty() {
+                println!("nothing to clean");
+            } else {
+                println!(
+                    "removed the staging of {} dead runs: {}",
+                    cleaned.len(),
+                    cleaned.join(", ")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

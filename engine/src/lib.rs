@@ -6,7 +6,6 @@
 
 pub mod checks;
 mod error;
-pub mod failpoint;
 pub mod guard;
 pub mod job;
 pub mod key;

@@ -20,13 +20,13 @@ use datafusion::execution::context::SessionContext;
 use futures::StreamExt;
 use idem_io::commit::local::LocalTable;
 use idem_io::commit::{Checked, CommitBackend, PublishMode};
+use idem_io::failpoint;
 use idem_io::hive::PartitionPath;
 use idem_io::manifest::{ColumnEntry, InputFile, LiveState, RunInfo, describe_schema};
 use idem_io::writer::{PartitionWriter, WriterOptions, WrittenPartition};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::failpoint;
 use crate::job::{Job, OnSchemaChange};
 use crate::params::{self, Var};
 use crate::route::Router;
@@ -358,6 +358,11 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     let table = LocalTable::new(&job.target.path);
     table.prepare().map_err(storage)?;
     let run_id = new_run_id();
+    let _lock = table.lock_run(&run_id).map_err(storage)?;
+    let cleaned = table.clean_dead_runs().map_err(storage)?;
+    if !cleaned.is_empty() {
+        tracing::info!(runs = ?cleaned, "removed what dead runs left in staging");
+    }
     let run_info = RunInfo {
         job: job.name.clone(),
         job_fingerprint: job.fingerprint.clone(),
@@ -485,7 +490,12 @@ async fn stage(
                     target: table2.root().to_path_buf(),
                     source,
                 })?;
-                rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                if rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed) == 0 {
+                    failpoint::hit("after_first_batch").map_err(|source| Error::Storage {
+                        target: table2.root().to_path_buf(),
+                        source,
+                    })?;
+                }
                 enforce_budget(&mut writers).map_err(|source| Error::Storage {
                     target: table2.root().to_path_buf(),
                     source,
@@ -667,7 +677,7 @@ fn finalize(
     for (_, w) in writers {
         staged.push(w.finish(run, schema.clone()).map_err(storage)?);
     }
-    failpoint::hit("after_stage")?;
+    failpoint::hit("after_stage").map_err(storage)?;
     Ok((staged, warnings))
 }
 
@@ -698,7 +708,7 @@ fn publish_all(
         decisions.push((part, unchanged));
     }
 
-    failpoint::hit("before_publish")?;
+    failpoint::hit("before_publish").map_err(storage)?;
     observer.phase("publishing");
     let mut reports = Vec::with_capacity(decisions.len());
     for (part, unchanged) in decisions {
@@ -720,7 +730,7 @@ fn publish_all(
                      published with two renames"
                 ));
             }
-            failpoint::hit("after_publish_one")?;
+            failpoint::hit("after_publish_one").map_err(storage)?;
             let action = if rows == 0 {
                 Action::Emptied
             } else {

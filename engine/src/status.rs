@@ -142,3 +142,13 @@ fn find_partitions(
     }
     Ok(())
 }
+
+/// `idem gc TABLE`: removes what dead runs left in the table's staging area. Runs that
+/// are alive (their lock is held) are left alone, so this is safe while jobs run.
+pub fn gc(root: &Path) -> Result<Vec<String>> {
+    let table = idem_io::commit::local::LocalTable::new(root);
+    table.clean_dead_runs().map_err(|source| Error::Storage {
+        target: root.to_path_buf(),
+        source,
+    })
+}

@@ -55,6 +55,9 @@ pub enum Error {
     #[error("target path {path} exists and is not a directory")]
     NotADirectory { path: PathBuf },
 
+    #[error("failpoint `{name}` armed to fail")]
+    Failpoint { name: String },
+
     #[error("invalid partition path `{path}`: {reason}")]
     BadPartitionPath { path: String, reason: String },
 }

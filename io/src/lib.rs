@@ -8,6 +8,7 @@ pub mod commit;
 pub mod digest;
 pub mod durable;
 mod error;
+pub mod failpoint;
 pub mod hive;
 pub mod manifest;
 pub mod writer;

@@ -326,6 +326,7 @@ impl PartitionWriter {
         file.writer.flush().map_err(|e| err(e.into()))?;
         file.writer.inner_mut().release();
         file.rows += rg.rows as u64;
+        crate::failpoint::hit("after_row_group")?;
         if file.writer.bytes_written() as u64 >= self.opts.target_file_bytes {
             let (file, _) = self.current.take().expect("file open");
             self.done.push(file);
@@ -383,7 +384,9 @@ impl PartitionWriter {
                     "ARROW:schema".into(),
                     arrow_schema.clone(),
                 ));
-                f.writer.into_inner().map_err(err)?.sync()
+                let spill = f.writer.into_inner().map_err(err)?;
+                crate::failpoint::hit("after_footers")?;
+                spill.sync()
             })?;
         durable::sync_dir(&self.dir)?;
         Ok(WrittenPartition {

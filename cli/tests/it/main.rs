@@ -3,6 +3,7 @@
 
 mod checks;
 mod common;
+mod crash;
 mod guard;
 mod readers;
 mod run;

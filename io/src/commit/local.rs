@@ -96,6 +96,7 @@ impl LocalTable {
         durable::create_dir_all(parent)?;
         // Another writer may create or remove the live directory between our attempts;
         // each attempt is atomic on its own, so retrying is safe.
+        crate::failpoint::hit("before_swap")?;
         for _ in 0..8 {
             match renameat_with(CWD, staged, CWD, live, RenameFlags::NOREPLACE) {
                 Ok(()) => {
@@ -109,6 +110,7 @@ impl LocalTable {
             match renameat_with(CWD, staged, CWD, live, RenameFlags::EXCHANGE) {
                 Ok(()) => {
                     self.sync_both(staged, live)?;
+                    crate::failpoint::hit("after_swap")?;
                     // `staged` now holds the old contents.
                     durable::remove_dir_all(staged)?;
                     return Ok(PublishMode::Exchanged);
@@ -148,6 +150,91 @@ impl LocalTable {
             durable::sync_dir(p)?;
         }
         Ok(())
+    }
+}
+
+/// Held by a live run for as long as it runs: an exclusive `flock` on
+/// `_idem/<table>/locks/<run id>.lock`. The kernel drops the lock when the process
+/// dies, however it dies, so a lock that can be taken belongs to a dead run.
+#[derive(Debug)]
+pub struct RunLock {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        // Unlink before the descriptor closes, so no cleaner takes a lock on a file
+        // that a new run could still be creating.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl LocalTable {
+    fn locks_dir(&self) -> PathBuf {
+        self.meta.join("locks")
+    }
+
+    /// Marks `run_id` as alive. Call before staging anything.
+    pub fn lock_run(&self, run_id: &str) -> Result<RunLock> {
+        let dir = self.locks_dir();
+        durable::create_dir_all(&dir)?;
+        let path = dir.join(format!("{run_id}.lock"));
+        let file = std::fs::File::create(&path).map_err(Error::io("create", &path))?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| Error::io("lock", &path)(e.into()))?;
+        Ok(RunLock { path, _file: file })
+    }
+
+    /// Removes what dead runs left behind: their staging directories (including old
+    /// partition copies a run swapped out but did not remove) and lock files. Runs that
+    /// are still alive are never touched. Returns the run ids cleaned.
+    pub fn clean_dead_runs(&self) -> Result<Vec<String>> {
+        let staging = self.meta.join("staging");
+        let mut runs: Vec<String> = Vec::new();
+        for dir in [&staging, &self.locks_dir()] {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let run = name.strip_suffix(".lock").unwrap_or(&name).to_string();
+                if !runs.contains(&run) {
+                    runs.push(run);
+                }
+            }
+        }
+        runs.sort();
+        let mut cleaned = Vec::new();
+        for run in runs {
+            let lock_path = self.locks_dir().join(format!("{run}.lock"));
+            let held = match std::fs::File::open(&lock_path) {
+                Ok(f) => match rustix::fs::flock(
+                    &f,
+                    rustix::fs::FlockOperation::NonBlockingLockExclusive,
+                ) {
+                    Ok(()) => None,
+                    Err(Errno::WOULDBLOCK) => Some(()),
+                    Err(e) => return Err(Error::io("lock", &lock_path)(e.into())),
+                }
+                .map(|_| f),
+                // A live run creates its lock before its staging directory and removes
+                // it after: a staging directory without a lock is a dead run's.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(Error::io("open", &lock_path)(e)),
+            };
+            if held.is_some() {
+                continue;
+            }
+            durable::remove_dir_all(&staging.join(&run))?;
+            match std::fs::remove_file(&lock_path) {
+                Ok(()) => durable::sync_dir(&self.locks_dir())?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove", &lock_path)(e)),
+            }
+            cleaned.push(run);
+        }
+        Ok(cleaned)
     }
 }
 

@@ -1,5 +1,11 @@
-//! Named failpoints on the publish path, armed by tests through the environment:
+//! Named failpoints on the write and publish path, armed by tests through the environment:
 //! `IDEM_FAILPOINTS="before_publish=pause:/tmp/dir;after_stage=abort"`.
+//!
+//! Points, in order: `after_first_batch` (rows staged, files open), `after_row_group`
+//! (a row group written, the file incomplete), `after_footers` (files complete, not
+//! yet fsynced), `after_stage` (every partition staged), `before_publish` (checks
+//! passed), `before_swap`, `after_swap` (the new partition live, the old copy not yet
+//! removed), `after_publish_one` (a partition published, others maybe not).
 //!
 //! Actions: `pause:DIR` creates `DIR/NAME.paused` and waits until `DIR/NAME.resume`
 //! exists (so a test can look at the table mid-run); `abort` kills the process on the
@@ -15,7 +21,8 @@ pub const ENV: &str = "IDEM_FAILPOINTS";
 
 /// Runs the action armed for `name`, if any.
 pub fn hit(name: &str) -> Result<()> {
-    let Ok(spec) = std::env::var(ENV) else {
+    static SPEC: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let Some(spec) = SPEC.get_or_init(|| std::env::var(ENV).ok()) else {
         return Ok(());
     };
     for entry in spec.split(';') {
@@ -39,9 +46,8 @@ pub fn hit(name: &str) -> Result<()> {
         } else if action == "abort" {
             std::process::abort();
         } else if action == "error" {
-            return Err(Error::Execution {
-                path: PathBuf::from(name),
-                message: format!("failpoint `{name}` armed to fail"),
+            return Err(Error::Failpoint {
+                name: name.to_string(),
             });
         }
     }

@@ -1,0 +1,262 @@
+//! Crash anywhere, re-run, same result: a run killed at any point leaves every
+//! partition in its old or its new state, and the next run ends in exactly the state
+//! of a clean run, with what the dead run staged cleaned up.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+const JOB: &str = r#"
+name = "crashy"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = """
+select order_id, customer_id, amount_usd, status, created_date as dt
+from orders
+where created_date >= $run_date and created_date < cast($run_end as date)
+"""
+[target]
+path = "out/crashy"
+partition_by = ["dt"]
+grain = "month"
+row_group_rows = 200
+"#;
+
+/// Two states of the source: the sample lake (A) and the same days regenerated with
+/// another seed (B).
+struct Sources {
+    a: tempfile::TempDir,
+    b: tempfile::TempDir,
+}
+
+impl Sources {
+    fn new(lake: &Lake) -> Sources {
+        let a = tempfile::tempdir().unwrap();
+        copy_dir(&lake.join("testdata/lake/raw/orders"), a.path());
+        let b = tempfile::tempdir().unwrap();
+        let spec = idem_testdata::OrdersSpec {
+            seed: 9,
+            ..Default::default()
+        };
+        idem_testdata::write_orders(b.path(), &spec).unwrap();
+        Sources { a, b }
+    }
+
+    fn switch(&self, lake: &Lake, to_b: bool) {
+        let from = if to_b { self.b.path() } else { self.a.path() };
+        copy_dir(from, &lake.join("testdata/lake/raw/orders"));
+    }
+}
+
+/// partition -> digest, asserting every partition is a whole idem partition.
+fn digests(lake: &Lake) -> BTreeMap<String, String> {
+    let out = lake.idem(&["status", "out/crashy", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    s["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            assert_eq!(p["state"], "managed", "mixed or foreign partition: {p}");
+            (
+                p["partition"].as_str().unwrap().to_string(),
+                p["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn run(lake: &Lake, job: &str) {
+    lake.idem_ok(&["run", job, "--date", "2026-06"]);
+}
+
+/// Clean-run digests of both source states.
+fn reference() -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let lake = Lake::new();
+    let sources = Sources::new(&lake);
+    let job = lake.job("crashy", JOB);
+    run(&lake, &job);
+    let a = digests(&lake);
+    sources.switch(&lake, true);
+    run(&lake, &job);
+    let b = digests(&lake);
+    assert_eq!(a.len(), 7);
+    assert_eq!(b.len(), 7);
+    assert!(a.iter().all(|(p, d)| b[p] != *d));
+    (a, b)
+}
+
+/// Checks the invariant; returns how many partitions hold state B.
+fn assert_old_or_new(
+    lake: &Lake,
+    a: &BTreeMap<String, String>,
+    b: &BTreeMap<String, String>,
+    context: &str,
+) -> usize {
+    let now = digests(lake);
+    assert_eq!(
+        now.keys().collect::<Vec<_>>(),
+        a.keys().collect::<Vec<_>>(),
+        "{context}: a partition appeared or vanished"
+    );
+    for (p, d) in &now {
+        assert!(
+            d == &a[p] || d == &b[p],
+            "{context}: {p} is neither old nor new"
+        );
+    }
+    now.iter().filter(|(p, d)| *d == &b[*p]).count()
+}
+
+fn assert_clean(lake: &Lake, expected: &BTreeMap<String, String>, context: &str) {
+    assert_eq!(
+        &digests(lake),
+        expected,
+        "{context}: not the clean-run state"
+    );
+    for sub in ["staging", "locks"] {
+        let dir = lake.join(&format!("out/_idem/crashy/{sub}"));
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{context}: {sub} holds {left:?}");
+    }
+}
+
+#[test]
+fn abort_at_every_failpoint_then_rerun() {
+    let (a, b) = reference();
+    for point in [
+        "after_first_batch",
+        "after_row_group",
+        "after_footers",
+        "after_stage",
+        "before_publish",
+        "before_swap",
+        "after_swap",
+        "after_publish_one",
+    ] {
+        let lake = Lake::new();
+        let sources = Sources::new(&lake);
+        let job = lake.job("crashy", JOB);
+        run(&lake, &job);
+        sources.switch(&lake, true);
+        let out = idem_in(
+            lake.path(),
+            &["run", &job, "--date", "2026-06"],
+            &[("IDEM_FAILPOINTS", &format!("{point}=abort"))],
+        );
+        assert!(!out.status.success(), "{point}: the failpoint did not fire");
+        assert_old_or_new(&lake, &a, &b, point);
+        let staging = lake.join("out/_idem/crashy/staging");
+        assert!(
+            std::fs::read_dir(&staging).unwrap().count() > 0,
+            "{point}: nothing left to clean"
+        );
+        // `idem gc` removes the dead run's leftovers; the next run finishes the job.
+        let gc = lake.idem(&["gc", "out/crashy", "--json"]);
+        assert!(String::from_utf8_lossy(&gc.stdout).contains("removed_runs"));
+        run(&lake, &job);
+        assert_clean(&lake, &b, point);
+    }
+}
+
+#[test]
+fn a_failpoint_error_leaves_the_table_old_or_new_and_the_next_run_cleans_up() {
+    let (a, b) = reference();
+    let lake = Lake::new();
+    let sources = Sources::new(&lake);
+    let job = lake.job("crashy", JOB);
+    run(&lake, &job);
+    sources.switch(&lake, true);
+    let out = idem_in(
+        lake.path(),
+        &["run", &job, "--date", "2026-06"],
+        &[("IDEM_FAILPOINTS", "after_publish_one=error")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_old_or_new(&lake, &a, &b, "error");
+    run(&lake, &job);
+    assert_clean(&lake, &b, "error");
+}
+
+/// A deterministic pseudo-random sequence (the test must be reproducible).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+#[test]
+fn sigkill_at_random_moments() {
+    let (a, b) = reference();
+    let lake = Lake::new();
+    let sources = Sources::new(&lake);
+    let job = lake.job("crashy", JOB);
+    run(&lake, &job);
+
+    // How long an undisturbed run takes here, to spread the kills over all of it.
+    sources.switch(&lake, true);
+    let t = Instant::now();
+    run(&lake, &job);
+    let full = t.elapsed().as_micros() as u64;
+    let kills: usize = std::env::var("IDEM_KILL_POINTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let mut rng = Lcg(20261130);
+    let mut to_b = false;
+    let mut killed_mid_run = 0;
+    // Kills after which some partitions hold one state and some the other (each whole).
+    let mut split = 0;
+    for i in 0..kills {
+        sources.switch(&lake, to_b);
+        let delay = Duration::from_micros(rng.next() % (full * 12 / 10 + 1));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(["run", &job, "--date", "2026-06"])
+            .current_dir(lake.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        if child.try_wait().unwrap().is_none() {
+            killed_mid_run += 1;
+        }
+        child.kill().ok();
+        child.wait().unwrap();
+        let in_b = assert_old_or_new(&lake, &a, &b, &format!("kill {i} after {delay:?}"));
+        if in_b > 0 && in_b < a.len() {
+            split += 1;
+        }
+        to_b = !to_b;
+    }
+    eprintln!(
+        "{killed_mid_run} of {kills} kills hit a running process; {split} left the table \
+         split between the two states (an undisturbed run takes {full} µs)"
+    );
+    assert!(
+        killed_mid_run * 2 > kills,
+        "only {killed_mid_run} of {kills} kills hit a running process"
+    );
+
+    // The next run, after any number of dead ones, ends in the clean-run state.
+    let last_state_b = !to_b;
+    sources.switch(&lake, last_state_b);
+    run(&lake, &job);
+    assert_clean(&lake, if last_state_b { &b } else { &a }, "after the kills");
+}
