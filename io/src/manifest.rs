@@ -149,13 +149,24 @@ pub enum LiveState {
 }
 
 /// Reads a live partition directory's manifest and checks it against the listing.
+///
+/// A directory swapped or removed by a concurrent writer while it is read reads as
+/// `Foreign`, which only ever makes a run rewrite a partition (always safe).
 pub fn read_partition(dir: &Path) -> Result<LiveState> {
-    let files = list_parquet_files(dir)?;
+    let gone = |e: &Error| matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound);
+    let files = match list_parquet_files(dir) {
+        Ok(f) => f,
+        Err(e) if gone(&e) => return Ok(LiveState::Foreign { files: Vec::new() }),
+        Err(e) => return Err(e),
+    };
     let Some(first) = files.first() else {
         return Ok(LiveState::Foreign { files });
     };
-    let Some(manifest) = read_from_file(first)? else {
-        return Ok(LiveState::Foreign { files });
+    let manifest = match read_from_file(first) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Ok(LiveState::Foreign { files }),
+        Err(e) if gone(&e) => return Ok(LiveState::Foreign { files }),
+        Err(e) => return Err(e),
     };
     let mut listed: Vec<&str> = files
         .iter()

@@ -3,6 +3,7 @@
 
 mod checks;
 mod common;
+mod concurrent;
 mod crash;
 mod guard;
 mod readers;
