@@ -3,7 +3,8 @@
 //! Exit codes: 0 success; 1 the run failed while reading, computing or writing (the
 //! table is left with every partition old or new); 2 bad input — arguments, job file,
 //! SQL, or a determinism or layout check — and nothing was written; 3 a check on the
-//! staged output failed and nothing was published.
+//! staged output failed and nothing was published; 4 `idem verify` found that two runs
+//! of the same date differ.
 
 mod render;
 
@@ -36,6 +37,8 @@ struct Cli {
 enum Command {
     /// Run a job for one logical date and publish its partitions.
     Run(RunArgs),
+    /// Run a job twice into scratch space and compare: is it deterministic?
+    Verify(RunArgs),
     /// Run a job for every date of a range, newest first.
     Backfill(BackfillArgs),
     /// Show a table's partitions as their manifests describe them.
@@ -183,6 +186,24 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Backfill(args) => backfill(args),
+        Command::Verify(args) => {
+            let job = Job::load(&args.job)?;
+            let opts = RunOptions {
+                date: args.date.clone(),
+                vars: parse_vars(&args.vars)?,
+            };
+            let report = runtime()?.block_on(idem_engine::verify::verify(&job, &opts))?;
+            if args.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                render::verify(&report);
+            }
+            Ok(if report.deterministic {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(4)
+            })
+        }
         Command::Status(args) => {
             let status = idem_engine::status::status(&args.table)?;
             if args.json {

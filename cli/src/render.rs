@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use idem_engine::run::{Observer, RunReport};
 use idem_engine::status::TableStatus;
+use idem_engine::verify::VerifyReport;
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub struct Progress {
@@ -151,5 +152,35 @@ pub fn status(s: &TableStatus) {
             "staging directories of runs in progress or dead: {}",
             s.staging.join(", ")
         );
+    }
+}
+
+pub fn verify(r: &VerifyReport) {
+    println!(
+        "verify {} {}: {}",
+        r.job,
+        r.logical_date,
+        if r.deterministic {
+            "deterministic (two runs, equal digests)"
+        } else {
+            "NOT deterministic: two runs of the same date differ"
+        }
+    );
+    for p in &r.partitions {
+        println!(
+            "  {}  {} / {} rows  {} {} {}",
+            p.partition,
+            thousands(p.rows[0]),
+            thousands(p.rows[1]),
+            p.digests[0],
+            if p.same { "=" } else { "≠" },
+            p.digests[1]
+        );
+    }
+    if let Some(cause) = &r.cause {
+        println!("likely cause: {cause}");
+    }
+    for (i, rows) in r.only_in.iter().enumerate() {
+        println!("rows only in run {} (up to 5):\n{rows}", i + 1);
     }
 }

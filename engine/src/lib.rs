@@ -14,6 +14,7 @@ pub mod route;
 pub mod run;
 pub mod session;
 pub mod status;
+pub mod verify;
 pub mod window;
 
 pub use error::{Error, Result};

@@ -121,6 +121,15 @@ impl Planned {
     }
 }
 
+/// Plans the SQL alone, without binding parameters or any check (for diagnostics).
+pub async fn plan_unchecked(job: &Job) -> Result<DataFrame> {
+    let ctx = crate::session::context(job).await?;
+    ctx.sql(&job.sql).await.map_err(|e| Error::Sql {
+        path: job.path.clone(),
+        message: sql_message(&e),
+    })
+}
+
 /// Plans a run: parses the date, plans the SQL with bound parameters, and checks
 /// determinism and the output's shape. Touches no storage.
 pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {

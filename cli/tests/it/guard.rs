@@ -208,3 +208,51 @@ fn schema_changes_are_refused_unless_allowed() {
         vec![("dt=2026-06-01".into(), "written".into())]
     );
 }
+
+#[test]
+fn verify_passes_on_the_examples_and_names_the_cause_of_a_difference() {
+    let lake = Lake::new();
+    lake.idem_ok(&[
+        "run",
+        "testdata/jobs/fct_orders.toml",
+        "--date",
+        "2026-06-05",
+    ]);
+    let before = snapshot(&lake.join("lake/analytics"));
+    for job in ["fct_orders", "daily_sales", "orders_by_country"] {
+        let out = lake.idem(&[
+            "verify",
+            &format!("testdata/jobs/{job}.toml"),
+            "--date",
+            "2026-06-05",
+            "--json",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{job}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["deterministic"], true, "{job}");
+        assert!(!r["partitions"].as_array().unwrap().is_empty());
+    }
+    // Verify publishes nothing.
+    assert_eq!(before, snapshot(&lake.join("lake/analytics")));
+
+    let text = job_with("random()").replace(
+        "name = \"clocky\"",
+        "name = \"clocky\"\nallow_nondeterministic = true",
+    );
+    let job = lake.job("clocky", &text);
+    let out = lake.idem(&["verify", &job, "--date", "2026-06-01"]);
+    assert_eq!(out.status.code(), Some(4));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("NOT deterministic"), "{text}");
+    assert!(
+        text.contains("allow_nondeterministic") && text.contains("random()"),
+        "{text}"
+    );
+    assert!(text.contains("rows only in run 1"), "{text}");
+    assert!(!lake.join("out/clocky").exists());
+}
