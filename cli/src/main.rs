@@ -131,7 +131,12 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             let engine = err.downcast_ref::<idem_engine::Error>();
-            eprintln!("error: {err:#}");
+            // Engine errors already say what caused them; other errors carry context
+            // layers worth printing in full.
+            match engine {
+                Some(e) => eprintln!("error: {e}"),
+                None => eprintln!("error: {err:#}"),
+            }
             ExitCode::from(match engine {
                 Some(e) if e.is_check_failure() => 3,
                 Some(e) if e.is_bad_input() => 2,

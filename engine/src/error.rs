@@ -79,6 +79,14 @@ pub enum Error {
         details: String,
     },
 
+    #[error("target {target}: partition {partition}: {source}")]
+    Write {
+        target: PathBuf,
+        partition: String,
+        #[source]
+        source: idem_io::Error,
+    },
+
     #[error("table {path}: {message}")]
     Table { path: PathBuf, message: String },
 }

@@ -134,6 +134,15 @@ pub async fn plan_unchecked(job: &Job) -> Result<DataFrame> {
 /// determinism and the output's shape. Touches no storage.
 pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
     let window = Window::parse(job.target.grain, &opts.date)?;
+    if job.target.path.exists() && !job.target.path.is_dir() {
+        return Err(Error::JobInvalid {
+            path: job.path.clone(),
+            message: format!(
+                "[target] path {} exists and is not a directory",
+                job.target.path.display()
+            ),
+        });
+    }
     let ctx = crate::session::context(job).await?;
     let sql_err = |e: datafusion::error::DataFusionError| Error::Sql {
         path: job.path.clone(),
@@ -495,8 +504,9 @@ async fn stage(
                         writers.entry(p.clone()).or_insert(w)
                     }
                 };
-                w.write(&batch).map_err(|source| Error::Storage {
+                w.write(&batch).map_err(|source| Error::Write {
                     target: table2.root().to_path_buf(),
+                    partition: p.to_string(),
                     source,
                 })?;
                 if rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed) == 0 {
@@ -683,8 +693,15 @@ fn finalize(
 
     observer.phase("finishing");
     let mut staged: Vec<WrittenPartition> = Vec::with_capacity(writers.len());
-    for (_, w) in writers {
-        staged.push(w.finish(run, schema.clone()).map_err(storage)?);
+    for (p, w) in writers {
+        staged.push(
+            w.finish(run, schema.clone())
+                .map_err(|source| Error::Write {
+                    target: job.target.path.clone(),
+                    partition: p.to_string(),
+                    source,
+                })?,
+        );
     }
     failpoint::hit("after_stage").map_err(storage)?;
     Ok((staged, warnings))

@@ -45,6 +45,12 @@ pub fn hit(name: &str) -> Result<()> {
             }
         } else if action == "abort" {
             std::process::abort();
+        } else if action == "enospc" {
+            return Err(Error::Io {
+                op: "write (failpoint)",
+                path: PathBuf::from(name),
+                source: std::io::Error::from_raw_os_error(28),
+            });
         } else if action == "error" {
             return Err(Error::Failpoint {
                 name: name.to_string(),

@@ -260,3 +260,47 @@ fn sigkill_at_random_moments() {
     run(&lake, &job);
     assert_clean(&lake, if last_state_b { &b } else { &a }, "after the kills");
 }
+
+#[test]
+fn a_live_run_is_never_cleaned_up() {
+    let lake = Lake::new();
+    let job = lake.job("crashy", JOB);
+    run(&lake, &job);
+    let hooks = tempfile::tempdir().unwrap();
+    let mut paused = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["run", &job, "--date", "2026-06"])
+        .current_dir(lake.path())
+        .env(
+            "IDEM_FAILPOINTS",
+            format!("before_publish=pause:{}", hooks.path().display()),
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let flag = hooks.path().join("before_publish.paused");
+    let t = Instant::now();
+    while !flag.exists() {
+        assert!(t.elapsed() < Duration::from_secs(60), "never paused");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let staging = lake.join("out/_idem/crashy/staging");
+    let staged: Vec<_> = std::fs::read_dir(&staging)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(staged.len(), 1);
+    // Neither gc nor another run removes the paused run's staging.
+    let gc = lake.idem(&["gc", "out/crashy"]);
+    assert!(String::from_utf8_lossy(&gc.stdout).contains("nothing to clean"));
+    run(&lake, &job);
+    let still: Vec<_> = std::fs::read_dir(&staging)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(still, staged);
+    std::fs::write(hooks.path().join("before_publish.resume"), "").unwrap();
+    assert!(paused.wait().unwrap().success());
+    assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+}

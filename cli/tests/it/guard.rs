@@ -93,7 +93,7 @@ fn bad_input_is_named_and_changes_nothing() {
         (
             "SQL syntax error",
             good.replace("select order_id", "selec order_id"),
-            vec!["jobs/bad.toml", "SQL error"],
+            vec!["jobs/bad.toml", "SQL error", "selec", "Line: 1, Column: 1"],
         ),
         (
             "unknown column",
@@ -145,6 +145,12 @@ fn bad_input_is_named_and_changes_nothing() {
     assert!(err.contains("source `orders`"), "{err}");
     assert_eq!(before, snapshot(&table));
     std::fs::write(&bad_file, good_bytes).unwrap();
+
+    let out = lake.idem(&["run", "jobs/missing.toml", "--date", "2026-06-01"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot read job file jobs/missing.toml")
+    );
 
     let out = lake.idem(&["run", fct, "--date", "2026-06-31"]);
     assert_eq!(out.status.code(), Some(2));
@@ -255,4 +261,83 @@ fn verify_passes_on_the_examples_and_names_the_cause_of_a_difference() {
     );
     assert!(text.contains("rows only in run 1"), "{text}");
     assert!(!lake.join("out/clocky").exists());
+}
+
+fn chmod_tree(p: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    if p.is_dir() {
+        for e in std::fs::read_dir(p).unwrap() {
+            let e = e.unwrap();
+            let m = if e.file_type().unwrap().is_dir() {
+                0o755
+            } else {
+                0o644
+            };
+            chmod_tree(&e.path(), m);
+        }
+    }
+}
+
+#[test]
+fn storage_failures_are_named_and_change_nothing() {
+    let lake = Lake::new();
+    let fct = "testdata/jobs/fct_orders.toml";
+    lake.idem_ok(&["run", fct, "--date", "2026-06-01"]);
+    let table = lake.join("lake/analytics/fct_orders");
+    let before = snapshot(&table);
+    let good = std::fs::read_to_string(lake.join(fct)).unwrap();
+
+    // The target path is a file.
+    std::fs::write(lake.join("a_file"), "x").unwrap();
+    let job = lake.job(
+        "to_file",
+        &good.replace("lake/analytics/fct_orders/", "a_file"),
+    );
+    let out = lake.idem(&["run", &job, "--date", "2026-06-01"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("a_file exists and is not a directory"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(lake.join("a_file")).unwrap(), b"x");
+
+    // The disk fills up while staging.
+    let spec = idem_testdata::OrdersSpec {
+        seed: 11,
+        ..Default::default()
+    };
+    idem_testdata::write_orders_day(&lake.join("testdata/lake/raw/orders"), &spec, 0).unwrap();
+    let out = idem_in(
+        lake.path(),
+        &["run", fct, "--date", "2026-06-01"],
+        &[("IDEM_FAILPOINTS", "after_row_group=enospc")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(err.contains("dt=2026-06-01"), "{err}");
+    assert_eq!(before, snapshot(&table));
+    let staging = lake.join("lake/analytics/_idem/fct_orders/staging");
+    assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+
+    // No permission to write: run as an unprivileged user (root ignores permissions).
+    chmod_tree(lake.path(), 0o755);
+    let bin = lake.join("idem-bin");
+    std::fs::copy(env!("CARGO_BIN_EXE_idem"), &bin).unwrap();
+    chmod_tree(&bin, 0o755);
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["run", fct, "--date", "2026-06-01"])
+        .current_dir(lake.path())
+        .env_remove("IDEM_FAILPOINTS")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(err.contains("lake/analytics/_idem/fct_orders"), "{err}");
+    assert_eq!(before, snapshot(&table));
 }
