@@ -123,11 +123,14 @@ impl Router {
         let mut parts = Vec::with_capacity(self.partition_cols.len());
         for (i, name) in &self.partition_cols {
             let col = batch.column(*i);
+            // NULL, the empty string and the literal default name all live in the one
+            // Hive default directory: key them the same, so they share one writer.
             let value = if col.is_null(row) {
                 None
             } else {
                 let f = ArrayFormatter::try_new(col.as_ref(), &options)?;
                 Some(f.value(row).to_string())
+                    .filter(|v| !v.is_empty() && v != idem_io::hive::DEFAULT_PARTITION)
             };
             parts.push((name.clone(), value));
         }

@@ -253,7 +253,8 @@ fn check_output(job: &Job, window: &Window, output: &SchemaRef) -> Result<Option
         _ => TimeColumnKind::Other,
     };
     // The time column: as the job says, else the first DATE or TIMESTAMP partition
-    // column, else the first partition column.
+    // column. A text column is never guessed: its values may not be dates at all
+    // (`country`), or not in the grain's format (`20260604`).
     let partition_by = &job.target.partition_by;
     let tc = match &job.target.time_column {
         Some(tc) => tc.clone(),
@@ -262,10 +263,7 @@ fn check_output(job: &Job, window: &Window, output: &SchemaRef) -> Result<Option
             .find(|c| matches!(kind_of(c), TimeColumnKind::Date | TimeColumnKind::Timestamp))
         {
             Some(c) => c.clone(),
-            None => match partition_by.first() {
-                Some(c) => c.clone(),
-                None => return Ok(None),
-            },
+            None => return Ok(None),
         },
     };
     let kind = kind_of(&tc);
@@ -289,38 +287,71 @@ struct TimeColumn {
 /// The table's existing partition columns must be the job's: a job that says `dt` on a
 /// table partitioned by `event_date` would otherwise write beside the old data.
 fn check_live_layout(job: &Job) -> Result<()> {
-    let root = &job.target.path;
-    let Some(first) = job.target.partition_by.first() else {
-        return Ok(());
-    };
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return Ok(());
-    };
-    let mut others = BTreeSet::new();
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || name.starts_with('_') {
-            continue;
+    let expected = &job.target.partition_by;
+    // Follow one chain of directories down (the first at each level, in name order):
+    // the column names on the way, and the depth at which files appear, are the
+    // table's layout.
+    let mut dir = job.target.path.clone();
+    let mut found: Vec<String> = Vec::new();
+    loop {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            if found.is_empty() {
+                return Ok(()); // a new table
+            }
+            break;
+        };
+        let mut subdirs: Vec<String> = Vec::new();
+        let mut has_files = false;
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || name.starts_with('_') {
+                continue;
+            }
+            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            if is_dir && name.contains('=') {
+                subdirs.push(name);
+            } else if name.ends_with(".parquet") {
+                has_files = true;
+            }
         }
-        if let Some((col, _)) = name.split_once('=')
-            && e.file_type().map(|t| t.is_dir()).unwrap_or(false)
-            && idem_io::hive::unescape(col) != *first
-        {
-            others.insert(idem_io::hive::unescape(col));
+        subdirs.sort();
+        let Some(first) = subdirs.first() else {
+            if found.is_empty() && !has_files {
+                return Ok(()); // an empty or new table
+            }
+            break;
+        };
+        let (col, _) = first.split_once('=').expect("contains =");
+        found.push(idem_io::hive::unescape(col));
+        dir = dir.join(first);
+    }
+    if &found == expected {
+        return Ok(());
+    }
+    let show = |cols: &[String]| {
+        if cols.is_empty() {
+            "nothing (unpartitioned)".to_string()
+        } else {
+            cols.iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
         }
-    }
-    if let Some(other) = others.into_iter().next() {
-        return Err(Error::Partition {
-            path: job.path.clone(),
-            partition: format!("{other}=…"),
-            message: format!(
-                "the table {} is partitioned by `{other}`, but the job partitions by `{first}`; \
-                 writing would mix two layouts. Rename the column in the SQL or write to a new table",
-                root.display()
-            ),
-        });
-    }
-    Ok(())
+    };
+    Err(Error::Partition {
+        path: job.path.clone(),
+        partition: found
+            .first()
+            .map(|c| format!("{c}=…"))
+            .unwrap_or_else(|| "(table)".into()),
+        message: format!(
+            "the table {} is partitioned by {}, but the job partitions by {}; writing would \
+             mix two layouts. Change partition_by (or the SQL) to match, or write to a new table",
+            job.target.path.display(),
+            show(&found),
+            show(expected)
+        ),
+    })
 }
 
 /// Plans and executes a run, publishing its partitions.
@@ -451,9 +482,12 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         }
         Err(e) => Err(e),
     };
-    let cleanup = table.cleanup_run(&run_id);
+    // What the run staged is removed whether it succeeded or not; a failure to remove
+    // it does not undo a publish (the dead-run cleaner will remove it later).
+    if let Err(e) = table.cleanup_run(&run_id) {
+        tracing::warn!(error = %e, "could not remove this run's staging directory");
+    }
     let (partitions, warnings) = result?;
-    cleanup.map_err(storage)?;
 
     Ok(RunReport {
         job: job.name.clone(),
@@ -492,6 +526,17 @@ async fn stage(
     let opts = job.target.writer.clone();
     let rows_done = Arc::new(AtomicU64::new(0));
     let rows_seen = Arc::clone(&rows_done);
+    // Open every output stream before the writer starts, so a failure here leaves
+    // nothing running that could still stage files.
+    let task_ctx = ctx.task_ctx();
+    let partitions = plan.properties().output_partitioning().partition_count();
+    let streams = (0..partitions)
+        .map(|i| plan.execute(i, Arc::clone(&task_ctx)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::Execution {
+            path: job.path.clone(),
+            message: e.to_string(),
+        })?;
     let writer_thread = std::thread::Builder::new()
         .name("idem-writer".into())
         .spawn(move || -> Result<Writers> {
@@ -524,16 +569,8 @@ async fn stage(
         })
         .expect("spawn writer thread");
 
-    let task_ctx = ctx.task_ctx();
-    let partitions = plan.properties().output_partitioning().partition_count();
     let mut producers = tokio::task::JoinSet::new();
-    for i in 0..partitions {
-        let mut stream = plan
-            .execute(i, Arc::clone(&task_ctx))
-            .map_err(|e| Error::Execution {
-                path: job.path.clone(),
-                message: e.to_string(),
-            })?;
+    for mut stream in streams {
         let tx = tx.clone();
         let router = Arc::clone(&router);
         producers.spawn(async move {

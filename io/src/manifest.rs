@@ -162,16 +162,21 @@ pub fn read_partition(dir: &Path) -> Result<LiveState> {
     let Some(first) = files.first() else {
         return Ok(LiveState::Foreign { files });
     };
+    // Anything unreadable reads as Foreign: idem then simply replaces the partition.
     let manifest = match read_from_file(first) {
         Ok(Some(m)) => m,
-        Ok(None) => return Ok(LiveState::Foreign { files }),
-        Err(e) if gone(&e) => return Ok(LiveState::Foreign { files }),
-        Err(e) => return Err(e),
+        Ok(None) | Err(_) => return Ok(LiveState::Foreign { files }),
     };
-    let mut listed: Vec<&str> = files
-        .iter()
-        .filter_map(|p| p.file_name().and_then(|n| n.to_str()))
+    // Every entry must be a file the manifest lists: a stray `_SUCCESS` or a directory
+    // inside the partition makes it Foreign, so the next run replaces it.
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(LiveState::Foreign { files });
+    };
+    let all: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
+    let mut listed: Vec<&str> = all.iter().map(String::as_str).collect();
     listed.sort_unstable();
     let mut expected: Vec<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
     expected.sort_unstable();

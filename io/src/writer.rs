@@ -72,7 +72,12 @@ struct SpillFile {
 
 impl SpillFile {
     fn create(path: PathBuf) -> Result<Self> {
-        let file = File::create(&path).map_err(Error::io("create", &path))?;
+        // create_new: two writers must never share a file.
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(Error::io("create", &path))?;
         Ok(Self {
             path,
             file: Some(file),

@@ -114,6 +114,14 @@ fn bad_input_is_named_and_changes_nothing() {
             vec!["no column `dt`", "partition_by"],
         ),
         (
+            "a deeper layout than the table",
+            good.replace(
+                "partition_by = [\"dt\"]",
+                "partition_by = [\"dt\", \"status\"]",
+            ),
+            vec!["partitioned by `dt`", "`dt`, `status`"],
+        ),
+        (
             "other partition column than the table",
             good.replace("as dt", "as event_date")
                 .replace("partition_by = [\"dt\"]", "partition_by = [\"event_date\"]"),

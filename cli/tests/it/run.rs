@@ -160,7 +160,7 @@ partitioned_by = ["created_date"]
 [transform]
 sql = """
 select order_id, amount_usd, cast(created_at as date) as dt,
-       case when status = 'placed' then null else status end as status
+       case when status = 'placed' then null when status = 'paid' then '' else status end as status
 from orders where created_date = $run_date
 """
 [target]
@@ -177,7 +177,8 @@ partition_by = ["dt", "status"]
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("__HIVE_DEFAULT_PARTITION__"), "{stderr}");
     let acts = actions(&json_lines(&out));
-    assert_eq!(acts.len(), 6, "{acts:?}");
+    // NULL and '' share the Hive default partition (one writer, one file).
+    assert_eq!(acts.len(), 5, "{acts:?}");
     assert!(
         acts.iter()
             .any(|(p, _)| p == "dt=2026-06-05/status=__HIVE_DEFAULT_PARTITION__")
@@ -187,7 +188,7 @@ partition_by = ["dt", "status"]
         "duckdb",
         &format!(
             "select order_id, amount_usd, created_date::date as dt, \
-             case when status = 'placed' then null else status end as status \
+             case when status in ('placed', 'paid') then null else status end as status \
              from read_parquet('{}/testdata/lake/raw/orders/*/*.parquet', hive_partitioning=true) \
              where created_date = '2026-06-05'",
             lake.path().display()
@@ -403,4 +404,43 @@ path = "out/kinds"
         actions(&again),
         vec![("(table)".to_string(), "unchanged".to_string())]
     );
+}
+
+#[test]
+fn a_text_partition_column_is_not_taken_for_a_date() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "by_country",
+        &std::fs::read_to_string(lake.join("testdata/jobs/orders_by_country.toml"))
+            .unwrap()
+            .replace("partition_by = [\"dt\"]", "partition_by = [\"country\"]")
+            .replace("lake/analytics/orders_by_country/", "out/by_country"),
+    );
+    let report = lake.idem_ok(&["run", &job, "--date", "2026-06-02", "--json"]);
+    let acts = actions(&report);
+    assert_eq!(acts.len(), 20, "{acts:?}");
+    assert!(
+        acts.iter()
+            .all(|(p, a)| p.starts_with("country=") && p.len() == 10 && a == "written"),
+        "{acts:?}"
+    );
+}
+
+#[test]
+fn a_stray_file_in_a_partition_is_replaced_by_the_next_run() {
+    let lake = Lake::new();
+    lake.idem_ok(&["run", FCT, "--date", "2026-06-01"]);
+    let marker = lake.join("lake/analytics/fct_orders/dt=2026-06-01/_SUCCESS");
+    std::fs::write(&marker, "").unwrap();
+    let report = lake.idem_ok(&["run", FCT, "--date", "2026-06-01", "--json"]);
+    assert_eq!(
+        actions(&report),
+        vec![("dt=2026-06-01".into(), "written".into())]
+    );
+    assert!(!marker.exists());
+    // Polars reads the table again (it fails on a stray `_SUCCESS`).
+    readers(&[
+        "table",
+        lake.join("lake/analytics/fct_orders").to_str().unwrap(),
+    ]);
 }

@@ -111,8 +111,12 @@ impl LocalTable {
                 Ok(()) => {
                     self.sync_both(staged, live)?;
                     crate::failpoint::hit("after_swap")?;
-                    // `staged` now holds the old contents.
-                    durable::remove_dir_all(staged)?;
+                    // `staged` now holds the old contents. The new partition is live and
+                    // durable: failing to remove the old copy is not a failed publish
+                    // (the dead-run cleaner removes it later).
+                    if let Err(e) = durable::remove_dir_all(staged) {
+                        tracing::warn!(error = %e, "could not remove the replaced partition copy");
+                    }
                     return Ok(PublishMode::Exchanged);
                 }
                 Err(Errno::NOENT) => continue,
@@ -134,13 +138,33 @@ impl LocalTable {
             partition = %live.display(),
             "filesystem does not support renameat2 flags; publishing with two renames (not atomic for readers)"
         );
-        let old = staged.with_extension("old");
-        if live.exists() {
+        // The old copy goes to the run's trash, which the dead-run cleaner restores
+        // from when a crash between the two renames left no live partition.
+        let rel = live.strip_prefix(&self.root).unwrap_or(Path::new(""));
+        let run = staged
+            .strip_prefix(self.meta.join("staging"))
+            .ok()
+            .and_then(|r| r.components().next())
+            .map(|c| c.as_os_str().to_os_string())
+            .unwrap_or_default();
+        let trash = self.meta.join("trash").join(&run);
+        let old = trash.join(rel).join("partition");
+        let had_live = live.exists();
+        if had_live {
+            durable::create_dir_all(old.parent().expect("trash has a parent"))?;
             std::fs::rename(live, &old).map_err(Error::io("rename", live))?;
         }
-        std::fs::rename(staged, live).map_err(Error::io("rename", staged))?;
+        if let Err(e) = std::fs::rename(staged, live) {
+            if had_live {
+                // Put the old partition back rather than leave none.
+                let _ = std::fs::rename(&old, live);
+            }
+            return Err(Error::io("rename", staged)(e));
+        }
         self.sync_both(staged, live)?;
-        durable::remove_dir_all(&old)?;
+        if let Err(e) = durable::remove_dir_all(&trash) {
+            tracing::warn!(error = %e, "could not remove the replaced partition copy");
+        }
         Ok(PublishMode::NonAtomicFallback)
     }
 
@@ -180,10 +204,22 @@ impl LocalTable {
         let dir = self.locks_dir();
         durable::create_dir_all(&dir)?;
         let path = dir.join(format!("{run_id}.lock"));
-        let file = std::fs::File::create(&path).map_err(Error::io("create", &path))?;
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| Error::io("lock", &path)(e.into()))?;
-        Ok(RunLock { path, _file: file })
+        // A cleaner may take the lock between our create and flock, judge the run dead
+        // and unlink the file: hold the lock only on the file the path still names.
+        loop {
+            let file = std::fs::File::create(&path).map_err(Error::io("create", &path))?;
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+                .map_err(|e| Error::io("lock", &path)(e.into()))?;
+            let held = file.metadata().map_err(Error::io("stat", &path))?;
+            match std::fs::metadata(&path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(RunLock { path, _file: file });
+                }
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("stat", &path)(e)),
+            }
+        }
     }
 
     /// Removes what dead runs left behind: their staging directories (including old
@@ -192,11 +228,16 @@ impl LocalTable {
     pub fn clean_dead_runs(&self) -> Result<Vec<String>> {
         let staging = self.meta.join("staging");
         let mut runs: Vec<String> = Vec::new();
-        for dir in [&staging, &self.locks_dir()] {
+        let trash = self.meta.join("trash");
+        for (dir, want_dir) in [(&staging, true), (&trash, true), (&self.locks_dir(), false)] {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
             for e in entries.flatten() {
+                let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+                if is_dir != want_dir {
+                    continue; // not something a run creates here
+                }
                 let name = e.file_name().to_string_lossy().into_owned();
                 let run = name.strip_suffix(".lock").unwrap_or(&name).to_string();
                 if !runs.contains(&run) {
@@ -226,6 +267,10 @@ impl LocalTable {
             if held.is_some() {
                 continue;
             }
+            // A dead run may have died between the two renames of the fallback publish:
+            // a partition whose live directory is missing gets its old copy back.
+            self.restore_from_trash(&trash.join(&run))?;
+            durable::remove_dir_all(&trash.join(&run))?;
             durable::remove_dir_all(&staging.join(&run))?;
             match std::fs::remove_file(&lock_path) {
                 Ok(()) => durable::sync_dir(&self.locks_dir())?,
@@ -235,6 +280,34 @@ impl LocalTable {
             cleaned.push(run);
         }
         Ok(cleaned)
+    }
+}
+
+impl LocalTable {
+    fn restore_from_trash(&self, run_trash: &Path) -> Result<()> {
+        let mut stack = vec![run_trash.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                if e.file_name() == "partition" {
+                    let rel = dir.strip_prefix(run_trash).unwrap_or(Path::new(""));
+                    let live = self.root.join(rel);
+                    if !live.exists() {
+                        if let Some(parent) = live.parent() {
+                            durable::create_dir_all(parent)?;
+                        }
+                        std::fs::rename(&path, &live).map_err(Error::io("restore", &live))?;
+                        durable::sync_dir(live.parent().expect("live has a parent"))?;
+                    }
+                } else if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    stack.push(path);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
