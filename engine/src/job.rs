@@ -81,6 +81,9 @@ struct TargetFile {
     partition_by: Vec<String>,
     #[serde(default)]
     mode: Mode,
+    /// Merge: the columns that identify a row (unique in the output and the table).
+    #[serde(default)]
+    key: Vec<String>,
     #[serde(default)]
     grain: Grain,
     /// The partition column that carries the logical date (default: the first DATE or
@@ -151,6 +154,7 @@ pub struct Target {
     pub path: PathBuf,
     pub partition_by: Vec<String>,
     pub mode: Mode,
+    pub key: Vec<String>,
     pub grain: Grain,
     pub time_column: Option<String>,
     pub on_schema_change: OnSchemaChange,
@@ -233,12 +237,18 @@ impl Job {
                 t.partition_by
             )));
         }
-        if t.mode == Mode::Merge {
-            return Err(invalid(
-                "[target] mode = \"merge\" is not supported by this version of idem yet; \
-                 use mode = \"replace_partitions\""
-                    .into(),
-            ));
+        match (t.mode, t.key.is_empty()) {
+            (Mode::Merge, true) => {
+                return Err(invalid(
+                    "[target] mode = \"merge\" needs `key`, the columns that identify a row".into(),
+                ));
+            }
+            (Mode::ReplacePartitions, false) => {
+                return Err(invalid(
+                    "[target] `key` applies only to mode = \"merge\"".into(),
+                ));
+            }
+            _ => {}
         }
         let mut writer = WriterOptions::default();
         if let Some(c) = &t.compression {
@@ -259,6 +269,7 @@ impl Job {
             path: absolute(target_path.trim_end_matches('/')),
             partition_by: t.partition_by.clone(),
             mode: t.mode,
+            key: t.key.clone(),
             grain: t.grain,
             time_column: t.time_column.clone(),
             on_schema_change: t.on_schema_change,

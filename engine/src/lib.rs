@@ -9,6 +9,7 @@ mod error;
 pub mod guard;
 pub mod job;
 pub mod key;
+pub mod merge;
 pub mod params;
 pub mod route;
 pub mod run;

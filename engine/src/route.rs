@@ -115,6 +115,26 @@ impl Router {
         Ok(true)
     }
 
+    /// The partition of every row of `batch` (which holds at least the partition
+    /// columns, by name), formatted exactly as `split` names partitions.
+    pub fn paths_of(&self, batch: &RecordBatch) -> arrow::error::Result<Vec<PartitionPath>> {
+        let projected = Router {
+            partition_cols: self
+                .partition_cols
+                .iter()
+                .map(|(_, name)| {
+                    let i = batch.schema().index_of(name)?;
+                    Ok((i, name.clone()))
+                })
+                .collect::<arrow::error::Result<_>>()?,
+            data_cols: Vec::new(),
+            data_schema: Arc::clone(&self.data_schema),
+        };
+        (0..batch.num_rows())
+            .map(|r| projected.path_of(batch, r))
+            .collect()
+    }
+
     fn path_of(&self, batch: &RecordBatch, row: usize) -> arrow::error::Result<PartitionPath> {
         let options = FormatOptions::default()
             .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.f"))

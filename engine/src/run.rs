@@ -27,7 +27,7 @@ use idem_io::writer::{PartitionWriter, WriterOptions, WrittenPartition};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::job::{Job, OnSchemaChange};
+use crate::job::{Job, Mode, OnSchemaChange};
 use crate::params::{self, Var};
 use crate::route::Router;
 use crate::window::{Grain, TimeColumnKind, Window, interval_of, window_values};
@@ -157,6 +157,22 @@ pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
     let df = df.with_param_values(bound).map_err(sql_err)?;
     let output: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let time = check_output(job, &window, &output)?;
+    for k in &job.target.key {
+        if output.field_with_name(k).is_err() {
+            return Err(Error::Output {
+                path: job.path.clone(),
+                message: format!(
+                    "has no column `{k}`, which [target] key names; its columns are: {}",
+                    output
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+    }
     for (check, column) in job.checks.columns() {
         if output.field_with_name(&column).is_err() {
             return Err(Error::Output {
@@ -395,15 +411,6 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     };
 
     observer.phase("planning");
-    let plan = match df.create_physical_plan().await {
-        Ok(plan) => plan,
-        Err(e) => {
-            let files = crate::session::all_source_files(&ctx, &job).await;
-            return Err(crate::session::diagnose_inputs(&job, &files).unwrap_or(exec_err(e)));
-        }
-    };
-    let inputs: Vec<InputFile> = crate::session::inputs_of(&plan, &job);
-
     let table = LocalTable::new(&job.target.path);
     table.prepare().map_err(storage)?;
     let run_id = new_run_id();
@@ -412,6 +419,36 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     if !cleaned.is_empty() {
         tracing::info!(runs = ?cleaned, "removed what dead runs left in staging");
     }
+    // A merge reads the table under the table's write lock and rewrites what it affects.
+    let mut merge_inputs = None;
+    let (df, merge_affected, _merge_lock) = if job.target.mode == Mode::Merge {
+        observer.phase("merging");
+        let m = match crate::merge::prepare(&job, &ctx, df, &output, &table).await {
+            Ok(m) => m,
+            Err(e @ Error::Execution { .. }) => {
+                let files = crate::session::all_source_files(&ctx, &job).await;
+                return Err(crate::session::diagnose_inputs(&job, &files).unwrap_or(e));
+            }
+            Err(e) => return Err(e),
+        };
+        merge_inputs = Some(m.inputs);
+        (m.df, Some(m.affected), Some(m.lock))
+    } else {
+        (df, None, None)
+    };
+    let plan = match df.create_physical_plan().await {
+        Ok(plan) => plan,
+        Err(e) => {
+            let files = crate::session::all_source_files(&ctx, &job).await;
+            return Err(crate::session::diagnose_inputs(&job, &files).unwrap_or(exec_err(e)));
+        }
+    };
+    let root = table.root().to_string_lossy().into_owned();
+    let inputs: Vec<InputFile> = merge_inputs
+        .unwrap_or_else(|| crate::session::inputs_of(&plan, &job))
+        .into_iter()
+        .filter(|f| !f.path.starts_with(&root))
+        .collect();
     let run_info = RunInfo {
         job: job.name.clone(),
         job_fingerprint: job.fingerprint.clone(),
@@ -445,6 +482,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                     &table2,
                     &window,
                     time.as_ref(),
+                    merge_affected.as_deref(),
                     &data_schema,
                     writers,
                     &run_info,
@@ -662,6 +700,7 @@ fn finalize(
     table: &LocalTable,
     window: &Window,
     time: Option<&TimeColumn>,
+    merge_affected: Option<&[PartitionPath]>,
     data_schema: &SchemaRef,
     mut writers: Writers,
     run: &RunInfo,
@@ -676,7 +715,8 @@ fn finalize(
 
     // Partitions the output touches must not be coarser than the window: replacing a
     // whole day with one hour's rows would drop the other hours.
-    if let Some(tc) = time.map(|t| t.name.as_str()) {
+    let window_checks = merge_affected.is_none();
+    if let Some(tc) = time.map(|t| t.name.as_str()).filter(|_| window_checks) {
         for p in writers.keys() {
             let Some(Some(value)) = p.value(tc) else {
                 continue;
@@ -713,7 +753,11 @@ fn finalize(
     }
 
     // Every partition the window owns is replaced, even with no rows.
-    let owned = owned_partitions(job, table, window, time).map_err(storage)?;
+    // A merge owns what it affects; a replace run owns its window.
+    let owned = match merge_affected {
+        Some(affected) => affected.to_vec(),
+        None => owned_partitions(job, table, window, time).map_err(storage)?,
+    };
     for p in owned {
         if writers.contains_key(&p) {
             continue;

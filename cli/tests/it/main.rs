@@ -6,5 +6,6 @@ mod common;
 mod concurrent;
 mod crash;
 mod guard;
+mod merge;
 mod readers;
 mod run;

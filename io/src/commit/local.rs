@@ -222,6 +222,22 @@ impl LocalTable {
         }
     }
 
+    /// Serializes read-modify-write writers (merges) of this table: an exclusive
+    /// `flock` on `_idem/<table>/writes.lock`, waited for, held until dropped.
+    pub fn lock_writes(&self) -> Result<std::fs::File> {
+        durable::create_dir_all(&self.meta)?;
+        let path = self.meta.join("writes.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(Error::io("create", &path))?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| Error::io("lock", &path)(e.into()))?;
+        Ok(file)
+    }
+
     /// Removes what dead runs left behind: their staging directories (including old
     /// partition copies a run swapped out but did not remove) and lock files. Runs that
     /// are still alive are never touched. Returns the run ids cleaned.

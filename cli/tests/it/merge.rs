@@ -1,0 +1,236 @@
+//! Merge by key against an independent oracle: DuckDB computes the expected table with
+//! the MERGE-equivalent SQL (the table's rows whose key the changes lack, plus every
+//! change), and idem's table read back must equal it.
+
+use std::process::{Command, Stdio};
+
+use crate::common::*;
+
+fn job(partition_by: &str) -> String {
+    format!(
+        r#"
+name = "dim_customers"
+[sources.changes]
+path = "${{SRC}}"
+format = "csv"
+[transform]
+sql = "select customer_id, email, country, cast(signup_date as date) as signup_date from changes"
+[target]
+path = "out/dim_customers"
+mode = "merge"
+key = ["customer_id"]
+partition_by = [{partition_by}]
+"#
+    )
+}
+
+/// Writes a changes file: updates of existing keys (new email; some move country) and
+/// new keys.
+fn changes(lake: &Lake, name: &str, updates: &[u64], new: &[u64], moved_to: &str) -> String {
+    let mut text = String::from("customer_id,email,country,signup_date\n");
+    for id in updates {
+        let country = if id % 2 == 0 { moved_to } else { "US" };
+        text.push_str(&format!(
+            "{id},{name}{id}@example.org,{country},2020-02-02\n"
+        ));
+    }
+    for id in new {
+        text.push_str(&format!(
+            "{id},{name}{id}@example.net,{moved_to},2024-04-04\n"
+        ));
+    }
+    let path = lake.join(&format!("{name}.csv"));
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn merge(lake: &Lake, job: &str, src: &str) -> std::process::Output {
+    idem_in(
+        lake.path(),
+        &["run", job, "--date", "2026-06-01", "--json"],
+        &[("SRC", src)],
+    )
+}
+
+fn merge_ok(lake: &Lake, job: &str, src: &str) -> Vec<serde_json::Value> {
+    let out = merge(lake, job, src);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json_lines(&out)
+}
+
+/// DuckDB's answer for the base file merged with each changes file in turn.
+fn oracle(base: &str, changes: &[&str]) -> serde_json::Value {
+    let mut table = format!(
+        "select customer_id, email, country, signup_date::date as signup_date from read_csv('{base}')"
+    );
+    for c in changes {
+        let ch = format!(
+            "select customer_id, email, country, signup_date::date as signup_date from read_csv('{c}')"
+        );
+        table = format!(
+            "select * from ({table}) t where customer_id not in (select customer_id from ({ch})) \
+             union all {ch}"
+        );
+    }
+    readers(&["duckdb", &table])
+}
+
+fn base(lake: &Lake) -> String {
+    lake.join("testdata/lake/raw/customers/customers.csv")
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn unpartitioned_dimension_matches_duckdb_and_rerun_is_unchanged() {
+    let lake = Lake::new();
+    let job = lake.job("dim", &job(""));
+    let base = base(&lake);
+    merge_ok(&lake, &job, &base);
+    let ch = changes(&lake, "a", &[1, 2, 3, 500, 999], &[1001, 1002], "DE");
+    let report = merge_ok(&lake, &job, &ch);
+    assert_eq!(actions(&report), vec![("(table)".into(), "written".into())]);
+    let table = lake.join("out/dim_customers");
+    assert_eq!(
+        readers(&["table", table.to_str().unwrap()]),
+        oracle(&base, &[&ch])
+    );
+    let before = snapshot(&table);
+    let again = merge_ok(&lake, &job, &ch);
+    assert_eq!(
+        actions(&again),
+        vec![("(table)".into(), "unchanged".into())]
+    );
+    assert_eq!(before, snapshot(&table));
+}
+
+#[test]
+fn partitioned_dimension_with_keys_that_move_partition() {
+    let lake = Lake::new();
+    let job = lake.job("dim", &job("\"country\""));
+    let base = base(&lake);
+    merge_ok(&lake, &job, &base);
+    let table = lake.join("out/dim_customers");
+    let before = snapshot(&table);
+    // Even ids move to NZ; odd ones to US; two new keys land in NZ.
+    let ch = changes(&lake, "a", &[10, 11, 12, 13, 14], &[2001, 2002], "NZ");
+    let report = merge_ok(&lake, &job, &ch);
+    assert_eq!(
+        readers(&["table", table.to_str().unwrap()]),
+        oracle(&base, &[&ch])
+    );
+    // Only partitions that gained or lost a key were rewritten.
+    let touched: Vec<String> = actions(&report)
+        .into_iter()
+        .filter(|(_, a)| a == "written")
+        .map(|(p, _)| p)
+        .collect();
+    assert!(touched.contains(&"country=NZ".to_string()), "{touched:?}");
+    let after = snapshot(&table);
+    let untouched = ["country=JP", "country=KR", "country=EG"]
+        .into_iter()
+        .filter(|c| !touched.contains(&c.to_string()))
+        .collect::<Vec<_>>();
+    assert!(!untouched.is_empty());
+    for c in untouched {
+        for (k, v) in &before {
+            if k.starts_with(c) {
+                assert_eq!(Some(v), after.get(k), "{k} was touched");
+            }
+        }
+    }
+    let again = merge_ok(&lake, &job, &ch);
+    assert!(actions(&again).iter().all(|(_, a)| a == "unchanged"));
+}
+
+#[test]
+fn duplicate_or_null_keys_are_errors_and_change_nothing() {
+    let lake = Lake::new();
+    let job = lake.job("dim", &job("\"country\""));
+    merge_ok(&lake, &job, &base(&lake));
+    let table = lake.join("out/dim_customers");
+    let before = snapshot(&table);
+
+    let dup = lake.join("dup.csv");
+    std::fs::write(
+        &dup,
+        "customer_id,email,country,signup_date\n7,a@x,US,2020-01-01\n7,b@x,US,2020-01-02\n8,c@x,US,2020-01-01\n8,d@x,DE,2020-01-01\n8,e@x,DE,2020-01-01\n",
+    )
+    .unwrap();
+    let out = merge(&lake, &job, dup.to_str().unwrap());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("2 duplicate merge keys (customer_id)"),
+        "{err}"
+    );
+    assert!(err.contains("| 8           | 3      |"), "{err}");
+    assert_eq!(before, snapshot(&table));
+
+    let null = lake.join("null.csv");
+    std::fs::write(
+        &null,
+        "customer_id,email,country,signup_date\n9,b@x,US,2020-01-01\n,a@x,US,2020-01-01\n",
+    )
+    .unwrap();
+    let out = merge(&lake, &job, null.to_str().unwrap());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("NULL in the merge key"), "{err}");
+    assert_eq!(before, snapshot(&table));
+}
+
+#[test]
+fn concurrent_merges_both_land_and_crashes_recover() {
+    let lake = Lake::new();
+    let job = lake.job("dim", &job("\"country\""));
+    let base = base(&lake);
+    merge_ok(&lake, &job, &base);
+    let a = changes(&lake, "a", &[20, 21, 22], &[3001], "NZ");
+    let b = changes(&lake, "b", &[30, 31, 32], &[3002], "ZA");
+    let children: Vec<_> = [&a, &b]
+        .iter()
+        .map(|src| {
+            Command::new(env!("CARGO_BIN_EXE_idem"))
+                .args(["run", &job, "--date", "2026-06-01"])
+                .current_dir(lake.path())
+                .env("SRC", src)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The two change sets touch disjoint keys, so either order gives this table.
+    let table = lake.join("out/dim_customers");
+    assert_eq!(
+        readers(&["table", table.to_str().unwrap()]),
+        oracle(&base, &[&a, &b])
+    );
+
+    // A merge killed after its first partition swap, then re-run: the clean result.
+    let c = changes(&lake, "c", &[40, 41, 42, 43], &[3003], "KR");
+    let out = idem_in(
+        lake.path(),
+        &["run", &job, "--date", "2026-06-01"],
+        &[("SRC", &c), ("IDEM_FAILPOINTS", "after_swap=abort")],
+    );
+    assert!(!out.status.success());
+    merge_ok(&lake, &job, &c);
+    assert_eq!(
+        readers(&["table", table.to_str().unwrap()]),
+        oracle(&base, &[&a, &b, &c])
+    );
+}
