@@ -44,6 +44,16 @@ struct SourceFile {
     header: Option<bool>,
     /// CSV: the field delimiter, one character (default ",").
     delimiter: Option<String>,
+    /// Keep only the newest row per key (a tie on `latest_by` is an error).
+    dedupe: Option<Dedupe>,
+}
+
+/// `dedupe = { key = [...], latest_by = "..." }` on a source.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Dedupe {
+    pub key: Vec<String>,
+    pub latest_by: String,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -147,6 +157,7 @@ pub struct Source {
     pub extension: Option<String>,
     pub csv_header: bool,
     pub csv_delimiter: u8,
+    pub dedupe: Option<Dedupe>,
 }
 
 #[derive(Clone, Debug)]
@@ -361,6 +372,12 @@ fn source(job: &Path, name: &str, s: &SourceFile) -> Result<Source> {
         extension: s.extension.clone(),
         csv_header: s.header.unwrap_or(true),
         csv_delimiter: delimiter,
+        dedupe: match &s.dedupe {
+            Some(d) if d.key.is_empty() => {
+                return Err(err("dedupe needs a non-empty `key`".into()));
+            }
+            other => other.clone(),
+        },
     })
 }
 

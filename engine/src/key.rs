@@ -66,3 +66,63 @@ impl ScalarUDFImpl for IdemKey {
         Ok(ColumnarValue::Array(Arc::new(out.finish())))
     }
 }
+
+/// Marker in the error a dedupe tie raises, so the engine can report it as bad input.
+pub const DEDUPE_TIE: &str = "dedupe tie";
+
+/// `idem_dedupe_unique(ok, key, source, latest_by)`: true where `ok`; an execution error
+/// naming the key where not. Used by deduplicated sources to refuse ties on
+/// `latest_by` instead of keeping an arbitrary row.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct DedupeUnique {
+    signature: Signature,
+}
+
+impl DedupeUnique {
+    pub fn udf() -> ScalarUDF {
+        ScalarUDF::new_from_impl(DedupeUnique {
+            signature: Signature::any(4, Volatility::Immutable),
+        })
+    }
+}
+
+impl ScalarUDFImpl for DedupeUnique {
+    fn name(&self) -> &str {
+        "idem_dedupe_unique"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use arrow::array::AsArray;
+        let rows = args.number_rows;
+        let arrays: Vec<ArrayRef> = args
+            .args
+            .iter()
+            .map(|a| a.to_array(rows))
+            .collect::<Result<_>>()?;
+        let ok = arrays[0].as_boolean();
+        for r in 0..rows {
+            if ok.is_valid(r) && !ok.value(r) {
+                let text = |i: usize| {
+                    arrow::util::display::array_value_to_string(&arrays[i], r).unwrap_or_default()
+                };
+                return datafusion::common::exec_err!(
+                    "{DEDUPE_TIE}: source `{}` has several rows for {} with the same newest {}; \
+                     dedupe cannot choose between them (add a tie-breaker to latest_by's data, or \
+                     deduplicate in the SQL)",
+                    text(2),
+                    text(1),
+                    text(3)
+                );
+            }
+        }
+        Ok(ColumnarValue::Array(Arc::clone(&arrays[0])))
+    }
+}

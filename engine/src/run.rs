@@ -426,6 +426,10 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         let m = match crate::merge::prepare(&job, &ctx, df, &output, &table).await {
             Ok(m) => m,
             Err(e @ Error::Execution { .. }) => {
+                let e = dedupe_tie(&job, e);
+                if !matches!(e, Error::Execution { .. }) {
+                    return Err(e);
+                }
                 let files = crate::session::all_source_files(&ctx, &job).await;
                 return Err(crate::session::diagnose_inputs(&job, &files).unwrap_or(e));
             }
@@ -520,6 +524,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         }
         Err(e) => Err(e),
     };
+    let result = result.map_err(|e| dedupe_tie(&job, e));
     // What the run staged is removed whether it succeeded or not; a failure to remove
     // it does not undo a publish (the dead-run cleaner will remove it later).
     if let Err(e) = table.cleanup_run(&run_id) {
@@ -984,4 +989,23 @@ fn check_schema_change(job: &Job, output: &SchemaRef) -> Result<()> {
             job.target.path.display()
         ),
     })
+}
+
+/// A dedupe tie surfaces from DataFusion as an execution error; it is bad input.
+fn dedupe_tie(job: &Job, e: Error) -> Error {
+    match &e {
+        Error::Execution { message, .. } if message.contains(crate::key::DEDUPE_TIE) => {
+            let start = message.find(crate::key::DEDUPE_TIE).unwrap_or(0);
+            let text = message[start..]
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            Error::Output {
+                path: job.path.clone(),
+                message: format!("cannot be computed: {text}"),
+            }
+        }
+        _ => e,
+    }
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::datasource::TableProvider;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::csv::CsvFormat;
 use datafusion::datasource::file_format::json::JsonFormat;
@@ -44,6 +45,7 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
         .listing_table_ignore_subdirectory = false;
     let ctx = SessionContext::new_with_config(config);
     ctx.register_udf(IdemKey::udf());
+    ctx.register_udf(crate::key::DedupeUnique::udf());
     for s in &job.sources {
         register(&ctx, job, s).await?;
     }
@@ -98,8 +100,57 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         .with_listing_options(options)
         .with_schema(schema);
     let table = ListingTable::try_new(config).map_err(|e| err(e.to_string()))?;
-    ctx.register_table(s.name.as_str(), Arc::new(table))
+    let Some(dedupe) = &s.dedupe else {
+        ctx.register_table(s.name.as_str(), Arc::new(table))
+            .map_err(|e| err(e.to_string()))?;
+        return Ok(());
+    };
+    // Deduplicated: the source is a view keeping the newest row per key. A tie on
+    // `latest_by` among a key's newest rows fails the run (never an arbitrary pick).
+    let columns: Vec<String> = table
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    for c in dedupe.key.iter().chain(std::iter::once(&dedupe.latest_by)) {
+        if !columns.contains(c) {
+            return Err(err(format!(
+                "dedupe names column `{c}`, which the source does not have; its columns are: {}",
+                columns.join(", ")
+            )));
+        }
+    }
+    let raw = format!("__idem_raw_{}", s.name);
+    ctx.register_table(raw.as_str(), Arc::new(table))
         .map_err(|e| err(e.to_string()))?;
+    let q = |c: &str| format!("\"{}\"", c.replace('"', "\"\""));
+    let key = dedupe
+        .key
+        .iter()
+        .map(|k| q(k))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let latest = q(&dedupe.latest_by);
+    let cols = columns.iter().map(|c| q(c)).collect::<Vec<_>>().join(", ");
+    let key_text = dedupe
+        .key
+        .iter()
+        .map(|k| format!("'{k}=', cast({} as varchar)", q(k)))
+        .collect::<Vec<_>>()
+        .join(", ' ', ");
+    let sql = format!(
+        "create view \"{name}\" as select {cols} from ( \
+           select *, row_number() over (partition by {key} order by {latest} desc) as __idem_rn, \
+                  count(*) over (partition by {key}, {latest}) as __idem_ties \
+           from \"{raw}\") \
+         where __idem_rn = 1 and idem_dedupe_unique(__idem_ties = 1, concat({key_text}), '{name}', '{latest_name}')",
+        name = s.name,
+        latest_name = dedupe.latest_by,
+    );
+    ctx.sql(&sql)
+        .await
+        .map_err(|e| err(format!("dedupe: {e}")))?;
     Ok(())
 }
 

@@ -80,6 +80,129 @@ pub fn check_supported(column: &str, data_type: &DataType) -> Result<()> {
     }
 }
 
+/// Hashes every value of a column (xxh3-64 of its canonical encoding, seeded), with
+/// fast paths for the common flat types. Produces exactly the hashes that hashing
+/// [`encode_value`]'s bytes would: the golden tests hold both to the same values.
+pub fn hash_column(col: &dyn Array, seed: u64) -> Vec<u64> {
+    use xxhash_rust::xxh3::xxh3_64_with_seed as h;
+    let null_hash = h(&[TAG_NULL], seed);
+    macro_rules! fixed {
+        ($array:expr, |$v:ident, $buf:ident| $fill:expr) => {{
+            let a = $array;
+            let mut $buf = [0u8; 32];
+            (0..a.len())
+                .map(|r| {
+                    if a.is_null(r) {
+                        return null_hash;
+                    }
+                    let $v = a.value(r);
+                    let n: usize = $fill;
+                    h(&$buf[..n], seed)
+                })
+                .collect()
+        }};
+    }
+    fn put_int(buf: &mut [u8; 32], v: i128) -> usize {
+        buf[0] = TAG_INT;
+        buf[1..17].copy_from_slice(&v.to_le_bytes());
+        17
+    }
+    use DataType::*;
+    match col.data_type() {
+        Int64 => fixed!(col.as_primitive::<Int64Type>(), |v, buf| put_int(
+            &mut buf, v as i128
+        )),
+        Int32 => fixed!(col.as_primitive::<Int32Type>(), |v, buf| put_int(
+            &mut buf, v as i128
+        )),
+        Int16 => fixed!(col.as_primitive::<Int16Type>(), |v, buf| put_int(
+            &mut buf, v as i128
+        )),
+        Int8 => fixed!(col.as_primitive::<Int8Type>(), |v, buf| put_int(
+            &mut buf, v as i128
+        )),
+        UInt64 => fixed!(col.as_primitive::<UInt64Type>(), |v, buf| put_int(
+            &mut buf, v as i128
+        )),
+        UInt32 => fixed!(col.as_primitive::<UInt32Type>(), |v, buf| put_int(
+            &mut buf, v as i128
+        )),
+        Date32 => fixed!(col.as_primitive::<Date32Type>(), |v, buf| {
+            buf[0] = TAG_DATE;
+            buf[1..5].copy_from_slice(&v.to_le_bytes());
+            5
+        }),
+        Decimal128(_, scale) => {
+            let scale = *scale;
+            fixed!(col.as_primitive::<Decimal128Type>(), |v, buf| {
+                let (mut v, mut s) = (v, scale);
+                while s > 0 && v % 10 == 0 {
+                    v /= 10;
+                    s -= 1;
+                }
+                if v == 0 {
+                    s = 0;
+                }
+                buf[0] = TAG_DECIMAL;
+                buf[1] = s as u8;
+                buf[2..18].copy_from_slice(&v.to_le_bytes());
+                18
+            })
+        }
+        Timestamp(unit, _) => {
+            let unit = *unit;
+            let ts = |v: i64, buf: &mut [u8; 32]| {
+                buf[0] = TAG_TIMESTAMP;
+                buf[1..17].copy_from_slice(&to_nanos(v, unit).to_le_bytes());
+                17
+            };
+            match unit {
+                TimeUnit::Second => fixed!(col.as_primitive::<TimestampSecondType>(), |v, buf| ts(
+                    v, &mut buf
+                )),
+                TimeUnit::Millisecond => fixed!(
+                    col.as_primitive::<TimestampMillisecondType>(),
+                    |v, buf| ts(v, &mut buf)
+                ),
+                TimeUnit::Microsecond => fixed!(
+                    col.as_primitive::<TimestampMicrosecondType>(),
+                    |v, buf| ts(v, &mut buf)
+                ),
+                TimeUnit::Nanosecond => fixed!(
+                    col.as_primitive::<TimestampNanosecondType>(),
+                    |v, buf| ts(v, &mut buf)
+                ),
+            }
+        }
+        Utf8 | LargeUtf8 | Utf8View => {
+            let mut buf = Vec::with_capacity(64);
+            let mut one = |v: Option<&str>| match v {
+                None => null_hash,
+                Some(v) => {
+                    buf.clear();
+                    bytes(&mut buf, TAG_STRING, v.as_bytes());
+                    h(&buf, seed)
+                }
+            };
+            match col.data_type() {
+                Utf8 => col.as_string::<i32>().iter().map(&mut one).collect(),
+                LargeUtf8 => col.as_string::<i64>().iter().map(&mut one).collect(),
+                _ => col.as_string_view().iter().map(&mut one).collect(),
+            }
+        }
+        _ => {
+            let mut buf = Vec::with_capacity(32);
+            (0..col.len())
+                .map(|r| {
+                    buf.clear();
+                    encode_value(col, r, &mut buf);
+                    h(&buf, seed)
+                })
+                .collect()
+        }
+    }
+}
+
 /// Appends the canonical encoding of `array[row]` to `out`.
 ///
 /// The caller must have checked the type with [`check_supported`]; an unsupported
@@ -386,6 +509,40 @@ mod tests {
         "4da8f8934fe70c2066dc952412de8b04",
         "5a241c5b1db175778bd1ae0b7ebdc0c3",
     ];
+
+    #[test]
+    fn fast_column_hashes_equal_the_generic_encoding() {
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![Some(1), None, Some(-7)])),
+            Arc::new(Int32Array::from(vec![Some(1), Some(2), None])),
+            Arc::new(Date32Array::from(vec![Some(20000), None, Some(-3)])),
+            Arc::new(
+                Decimal128Array::from(vec![Some(1250), Some(0), None])
+                    .with_precision_and_scale(12, 2)
+                    .unwrap(),
+            ),
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![Some(5), None, Some(-1)]).with_timezone("UTC"),
+            ),
+            Arc::new(StringArray::from(vec![Some("a"), None, Some("")])),
+            Arc::new(StringViewArray::from(vec![
+                Some("a long string over twelve bytes"),
+                None,
+                Some(""),
+            ])),
+            Arc::new(Float64Array::from(vec![Some(-0.0), None, Some(f64::NAN)])),
+        ];
+        for col in cols {
+            let generic: Vec<u64> = (0..col.len())
+                .map(|r| {
+                    let mut buf = Vec::new();
+                    encode_value(col.as_ref(), r, &mut buf);
+                    xxhash_rust::xxh3::xxh3_64_with_seed(&buf, 9)
+                })
+                .collect();
+            assert_eq!(hash_column(col.as_ref(), 9), generic, "{}", col.data_type());
+        }
+    }
 
     #[test]
     fn unsupported_types_are_reported() {

@@ -15,12 +15,11 @@
 //! digest  = hex(xxh3_128("idem-digest-v1" ‖ N ‖ S))       N = row count, u64 LE; S u128 LE
 //! ```
 
-use arrow::array::Array;
 use arrow::record_batch::RecordBatch;
 use rayon::prelude::*;
-use xxhash_rust::xxh3::{xxh3_64_with_seed, xxh3_128};
+use xxhash_rust::xxh3::xxh3_128;
 
-use crate::canonical::{check_supported, encode_value};
+use crate::canonical::check_supported;
 use crate::error::Result;
 
 /// Running state of a digest; partial digests of disjoint row sets add up.
@@ -87,15 +86,8 @@ pub fn digest_batch(batch: &RecordBatch) -> DigestState {
     }
 }
 
-fn column_hashes(col: &dyn Array, seed: u64) -> Vec<u64> {
-    let mut buf = Vec::with_capacity(32);
-    (0..col.len())
-        .map(|r| {
-            buf.clear();
-            encode_value(col, r, &mut buf);
-            xxh3_64_with_seed(&buf, seed)
-        })
-        .collect()
+fn column_hashes(col: &dyn arrow::array::Array, seed: u64) -> Vec<u64> {
+    crate::canonical::hash_column(col, seed)
 }
 
 #[cfg(test)]

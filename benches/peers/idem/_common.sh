@@ -3,6 +3,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 IDEM=${IDEM_BIN:-$HERE/../../../target/release/idem}
+INIT=0
 while [ $# -gt 0 ]; do
   case $1 in
     --data) export IDEM_BENCH_DATA=$2; shift 2;;
@@ -10,6 +11,7 @@ while [ $# -gt 0 ]; do
     --date) DATE=$2; shift 2;;
     --start) START=$2; shift 2;;
     --days) DAYS=$2; shift 2;;
+    --init) INIT=1; shift;;
     *) shift;;
   esac
 done

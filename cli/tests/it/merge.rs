@@ -234,3 +234,58 @@ fn concurrent_merges_both_land_and_crashes_recover() {
         oracle(&base, &[&a, &b, &c])
     );
 }
+
+#[test]
+fn dedupe_keeps_the_newest_row_per_key_and_refuses_ties() {
+    let lake = Lake::new();
+    let text = job("\"country\"").replace(
+        "format = \"csv\"",
+        "format = \"csv\"\ndedupe = { key = [\"customer_id\"], latest_by = \"updated_at\" }",
+    );
+    let job = lake.job("dim", &text);
+    let feed = lake.join("feed.csv");
+    std::fs::write(
+        &feed,
+        "customer_id,email,country,signup_date,updated_at\n\
+         1,old1@x,US,2020-01-01,2026-01-01T00:00:00\n\
+         1,new1@x,DE,2020-01-01,2026-01-02T00:00:00\n\
+         2,only2@x,FR,2020-01-01,2026-01-01T00:00:00\n\
+         3,mid3@x,US,2020-01-01,2026-01-02T00:00:00\n\
+         3,new3@x,US,2020-01-01,2026-01-03T00:00:00\n\
+         3,old3@x,US,2020-01-01,2026-01-01T00:00:00\n",
+    )
+    .unwrap();
+    merge_ok(&lake, &job, feed.to_str().unwrap());
+    let table = lake.join("out/dim_customers");
+    let rows = readers(&["table", table.to_str().unwrap()]);
+    let expected = readers(&[
+        "duckdb",
+        &format!(
+            "select customer_id, email, country, signup_date::date as signup_date from read_csv('{}') \
+             qualify row_number() over (partition by customer_id order by updated_at desc) = 1",
+            feed.display()
+        ),
+    ]);
+    assert_eq!(rows, expected);
+    assert_eq!(rows.as_array().unwrap().len(), 3);
+
+    // Two newest rows for one key: an error naming the key, and nothing changes.
+    let before = snapshot(&table);
+    std::fs::write(
+        &feed,
+        "customer_id,email,country,signup_date,updated_at\n\
+         4,a4@x,US,2020-01-01,2026-01-05T00:00:00\n\
+         4,b4@x,DE,2020-01-01,2026-01-05T00:00:00\n\
+         5,c5@x,US,2020-01-01,2026-01-01T00:00:00\n",
+    )
+    .unwrap();
+    let out = merge(&lake, &job, feed.to_str().unwrap());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("dedupe tie") && err.contains("customer_id=4"),
+        "{err}"
+    );
+    assert!(err.contains("updated_at"), "{err}");
+    assert_eq!(before, snapshot(&table));
+}
