@@ -94,6 +94,9 @@ struct TargetFile {
     /// Merge: the columns that identify a row (unique in the output and the table).
     #[serde(default)]
     key: Vec<String>,
+    /// Merge: rows of the run's own window whose key the output lacks are deleted.
+    #[serde(default)]
+    delete_missing: bool,
     #[serde(default)]
     grain: Grain,
     /// The partition column that carries the logical date (default: the first DATE or
@@ -166,6 +169,7 @@ pub struct Target {
     pub partition_by: Vec<String>,
     pub mode: Mode,
     pub key: Vec<String>,
+    pub delete_missing: bool,
     pub grain: Grain,
     pub time_column: Option<String>,
     pub on_schema_change: OnSchemaChange,
@@ -254,6 +258,11 @@ impl Job {
                     "[target] mode = \"merge\" needs `key`, the columns that identify a row".into(),
                 ));
             }
+            _ if t.delete_missing && t.mode != Mode::Merge => {
+                return Err(invalid(
+                    "[target] `delete_missing` applies only to mode = \"merge\"".into(),
+                ));
+            }
             (Mode::ReplacePartitions, false) => {
                 return Err(invalid(
                     "[target] `key` applies only to mode = \"merge\"".into(),
@@ -281,6 +290,7 @@ impl Job {
             partition_by: t.partition_by.clone(),
             mode: t.mode,
             key: t.key.clone(),
+            delete_missing: t.delete_missing,
             grain: t.grain,
             time_column: t.time_column.clone(),
             on_schema_change: t.on_schema_change,

@@ -8,6 +8,10 @@
 //! so two concurrent merges both land. Re-running a merge with the same output leaves
 //! every digest equal: `unchanged`, nothing written.
 //!
+//! With `delete_missing = true`, the run's own window (its time column's partitions
+//! inside `[run_start, run_end)`, or the whole of an unpartitioned table) is synced:
+//! rows there whose key the output lacks are deleted.
+//!
 //! The output (the changes) is held in memory while the table streams through; NULL
 //! and duplicate keys in it are errors, never silently dropped rows.
 
@@ -57,6 +61,7 @@ pub async fn prepare(
     output_df: DataFrame,
     output: &SchemaRef,
     table: &LocalTable,
+    scope: Option<&str>,
 ) -> Result<MergePlan> {
     let exec = |e: datafusion::error::DataFusionError| Error::Execution {
         path: job.path.clone(),
@@ -239,6 +244,11 @@ pub async fn prepare(
                 t = t_columns.join(", ")
             )
         };
+    // delete_missing: rows in the run's own scope are replaced by the output outright.
+    let kept = match scope {
+        Some(scope) => format!("select * from ({kept}) t where not coalesce({scope}, false)"),
+        None => kept,
+    };
     let merged = format!(
         "{kept} union all select {} from __idem_changes",
         columns.join(", ")

@@ -423,7 +423,13 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     let mut merge_inputs = None;
     let (df, merge_affected, _merge_lock) = if job.target.mode == Mode::Merge {
         observer.phase("merging");
-        let m = match crate::merge::prepare(&job, &ctx, df, &output, &table).await {
+        let scope = if job.target.delete_missing {
+            Some(delete_scope(&job, &window, time.as_ref())?)
+        } else {
+            None
+        };
+        let m = match crate::merge::prepare(&job, &ctx, df, &output, &table, scope.as_deref()).await
+        {
             Ok(m) => m,
             Err(e @ Error::Execution { .. }) => {
                 let e = dedupe_tie(&job, e);
@@ -436,7 +442,15 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             Err(e) => return Err(e),
         };
         merge_inputs = Some(m.inputs);
-        (m.df, Some(m.affected), Some(m.lock))
+        let mut affected = m.affected;
+        if job.target.delete_missing && !job.target.partition_by.is_empty() {
+            // The window's partitions are rewritten even where no key matched.
+            affected
+                .extend(owned_partitions(&job, &table, &window, time.as_ref()).map_err(storage)?);
+            affected.sort();
+            affected.dedup();
+        }
+        (m.df, Some(affected), Some(m.lock))
     } else {
         (df, None, None)
     };
@@ -1007,5 +1021,36 @@ fn dedupe_tie(job: &Job, e: Error) -> Error {
             }
         }
         _ => e,
+    }
+}
+
+/// The SQL predicate (over the table aliased `t`) of the rows a `delete_missing` merge
+/// owns: its window on the time column, or everything in an unpartitioned table.
+fn delete_scope(job: &Job, window: &Window, time: Option<&TimeColumn>) -> Result<String> {
+    if job.target.partition_by.is_empty() {
+        return Ok("true".into());
+    }
+    let err = || Error::JobInvalid {
+        path: job.path.clone(),
+        message: "[target] delete_missing needs a DATE or TIMESTAMP partition column (or \
+                  time_column) to define the window it syncs"
+            .into(),
+    };
+    let Some(tc) = time else {
+        return Err(err());
+    };
+    let col = format!("t.\"{}\"", tc.name.replace('"', "\"\""));
+    match tc.kind {
+        TimeColumnKind::Date => Ok(format!(
+            "({col} >= cast('{}' as date) and {col} < cast('{}' as date))",
+            window.start.date(),
+            window.end.date()
+        )),
+        TimeColumnKind::Timestamp => Ok(format!(
+            "({col} >= cast('{}' as timestamp) and {col} < cast('{}' as timestamp))",
+            window.start.format("%Y-%m-%dT%H:%M:%S"),
+            window.end.format("%Y-%m-%dT%H:%M:%S")
+        )),
+        _ => Err(err()),
     }
 }

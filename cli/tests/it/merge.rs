@@ -289,3 +289,90 @@ fn dedupe_keeps_the_newest_row_per_key_and_refuses_ties() {
     assert!(err.contains("updated_at"), "{err}");
     assert_eq!(before, snapshot(&table));
 }
+
+#[test]
+fn delete_missing_syncs_only_the_runs_window() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "sync",
+        r#"
+name = "orders_state"
+[sources.feed]
+path = "${SRC}"
+format = "csv"
+[transform]
+sql = "select cast(order_id as bigint) as order_id, cast(state as varchar) as state, cast(dt as date) as dt from feed where cast(dt as date) = $run_date"
+[target]
+path = "out/orders_state"
+mode = "merge"
+key = ["order_id"]
+delete_missing = true
+partition_by = ["dt"]
+"#,
+    );
+    let feed = lake.join("feed.csv");
+    let run = |text: &str, date: &str| {
+        std::fs::write(&feed, text).unwrap();
+        let out = idem_in(
+            lake.path(),
+            &["run", &job, "--date", date, "--json"],
+            &[("SRC", feed.to_str().unwrap())],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_lines(&out)
+    };
+    let header = "order_id,state,dt\n";
+    run(
+        &format!("{header}1,new,2026-06-01\n2,new,2026-06-01\n3,new,2026-06-01\n"),
+        "2026-06-01",
+    );
+    run(
+        &format!("{header}4,new,2026-06-02\n5,new,2026-06-02\n"),
+        "2026-06-02",
+    );
+    let before_day2 = snapshot(&lake.join("out/orders_state/dt=2026-06-02"));
+    // Day 1 again: order 3 is gone upstream, order 2 changed.
+    let report = run(
+        &format!("{header}1,new,2026-06-01\n2,paid,2026-06-01\n"),
+        "2026-06-01",
+    );
+    assert_eq!(
+        actions(&report),
+        vec![("dt=2026-06-01".into(), "written".into())]
+    );
+    let rows = readers(&["table", lake.join("out/orders_state").to_str().unwrap()]);
+    let got: Vec<(String, String)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["order_id"].as_str().unwrap().to_string(),
+                r["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("1".into(), "new".into()),
+            ("2".into(), "paid".into()),
+            ("4".into(), "new".into()),
+            ("5".into(), "new".into()),
+        ]
+    );
+    assert_eq!(
+        before_day2,
+        snapshot(&lake.join("out/orders_state/dt=2026-06-02"))
+    );
+    // A day whose feed is empty is emptied, not left stale.
+    let report = run(header, "2026-06-02");
+    assert_eq!(
+        actions(&report),
+        vec![("dt=2026-06-02".into(), "emptied".into())]
+    );
+}
