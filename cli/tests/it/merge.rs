@@ -376,3 +376,42 @@ partition_by = ["dt"]
         vec![("dt=2026-06-02".into(), "emptied".into())]
     );
 }
+
+#[test]
+fn a_merge_killed_at_any_failpoint_then_rerun_gives_the_clean_result() {
+    for point in [
+        "after_first_batch",
+        "after_row_group",
+        "after_footers",
+        "after_stage",
+        "before_publish",
+        "before_swap",
+        "after_swap",
+        "after_publish_one",
+    ] {
+        let lake = Lake::new();
+        let job = lake.job("dim", &job("\"country\""));
+        let base = base(&lake);
+        merge_ok(&lake, &job, &base);
+        let ch = changes(&lake, "a", &[50, 51, 52, 53], &[4001], "NZ");
+        let out = idem_in(
+            lake.path(),
+            &["run", &job, "--date", "2026-06-01"],
+            &[("SRC", &ch), ("IDEM_FAILPOINTS", &format!("{point}=abort"))],
+        );
+        assert!(!out.status.success(), "{point}: did not fire");
+        // Every partition whole (old or new), then the re-run lands the merge.
+        let status = lake.idem(&["status", "out/dim_customers", "--json"]);
+        let s: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        for p in s["partitions"].as_array().unwrap() {
+            assert_eq!(p["state"], "managed", "{point}: {p}");
+        }
+        merge_ok(&lake, &job, &ch);
+        let table = lake.join("out/dim_customers");
+        assert_eq!(
+            readers(&["table", table.to_str().unwrap()]),
+            oracle(&base, &[&ch]),
+            "{point}"
+        );
+    }
+}
