@@ -47,6 +47,15 @@ impl Observer for Progress {
     }
 }
 
+/// Width of the partition column: its longest name, at least the header's.
+fn column_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names
+        .map(str::len)
+        .max()
+        .unwrap_or(0)
+        .max("partition".len())
+}
+
 pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
@@ -83,13 +92,7 @@ pub fn report(r: &RunReport) {
         r.inputs,
         if r.inputs == 1 { "" } else { "s" }
     );
-    let width = r
-        .partitions
-        .iter()
-        .map(|p| p.partition.len())
-        .max()
-        .unwrap_or(9)
-        .max(9);
+    let width = column_width(r.partitions.iter().map(|p| p.partition.as_str()));
     println!(
         "  {:<width$}  {:<9}  {:>12}  {:>10}  {:>8}",
         "partition", "action", "rows", "bytes", "publish"
@@ -124,13 +127,7 @@ pub fn status(s: &TableStatus) {
         thousands(s.rows),
         bytes(s.bytes)
     );
-    let width = s
-        .partitions
-        .iter()
-        .map(|p| p.partition.len())
-        .max()
-        .unwrap_or(9)
-        .max(9);
+    let width = column_width(s.partitions.iter().map(|p| p.partition.as_str()));
     println!(
         "  {:<width$}  {:<8}  {:>12}  {:>10}  {:<32}  {:<10}  run",
         "partition", "state", "rows", "bytes", "digest", "date"

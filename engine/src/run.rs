@@ -157,34 +157,26 @@ pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
     let df = df.with_param_values(bound).map_err(sql_err)?;
     let output: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let time = check_output(job, &window, &output)?;
-    for k in &job.target.key {
-        if output.field_with_name(k).is_err() {
-            return Err(Error::Output {
-                path: job.path.clone(),
-                message: format!(
-                    "has no column `{k}`, which [target] key names; its columns are: {}",
-                    output
-                        .fields()
-                        .iter()
-                        .map(|f| f.name().as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            });
-        }
-    }
-    for (check, column) in job.checks.columns() {
+    // Every column the job names must be in the output.
+    let named = job
+        .target
+        .key
+        .iter()
+        .map(|k| ("[target] key".to_string(), k.clone()))
+        .chain(
+            job.checks
+                .columns()
+                .into_iter()
+                .map(|(check, c)| (format!("[checks] {check}"), c)),
+        );
+    for (by, column) in named {
         if output.field_with_name(&column).is_err() {
+            let columns: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
             return Err(Error::Output {
                 path: job.path.clone(),
                 message: format!(
-                    "has no column `{column}`, which [checks] {check} names; its columns are: {}",
-                    output
-                        .fields()
-                        .iter()
-                        .map(|f| f.name().as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "has no column `{column}`, which {by} names; its columns are: {}",
+                    columns.join(", ")
                 ),
             });
         }

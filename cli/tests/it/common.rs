@@ -2,6 +2,7 @@
 //! of a table's file tree, and the independent Python readers.
 
 use std::collections::BTreeMap;
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -223,4 +224,28 @@ pub fn readers(args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// partition -> digest of a table, from `idem status`, asserting every partition is a
+/// whole idem partition (its files are exactly its manifest's).
+pub fn status_digests(lake: &Lake, table: &str) -> BTreeMap<String, String> {
+    let out = lake.idem(&["status", table, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    s["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            assert_eq!(p["state"], "managed", "mixed or foreign partition: {p}");
+            (
+                p["partition"].as_str().unwrap().to_string(),
+                p["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
 }

@@ -9,20 +9,7 @@ use crate::common::*;
 const FCT: &str = "testdata/jobs/fct_orders.toml";
 
 fn digests(lake: &Lake) -> BTreeMap<String, String> {
-    let out = lake.idem(&["status", "lake/analytics/fct_orders", "--json"]);
-    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    s["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            assert_eq!(p["state"], "managed", "{p}");
-            (
-                p["partition"].as_str().unwrap().to_string(),
-                p["digest"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    status_digests(lake, "lake/analytics/fct_orders")
 }
 
 fn spawn_all(lake: &Lake, dates: &[&str]) -> Vec<std::process::Output> {

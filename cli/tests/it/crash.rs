@@ -54,25 +54,7 @@ impl Sources {
 
 /// partition -> digest, asserting every partition is a whole idem partition.
 fn digests(lake: &Lake) -> BTreeMap<String, String> {
-    let out = lake.idem(&["status", "out/crashy", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    s["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            assert_eq!(p["state"], "managed", "mixed or foreign partition: {p}");
-            (
-                p["partition"].as_str().unwrap().to_string(),
-                p["digest"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    status_digests(lake, "out/crashy")
 }
 
 fn run(lake: &Lake, job: &str) {
