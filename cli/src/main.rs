@@ -77,13 +77,20 @@ struct BackfillArgs {
     to: String,
     #[arg(long = "var", value_name = "NAME=VALUE")]
     vars: Vec<String>,
-    /// Run the oldest date first (default: newest first).
+    /// Start with the oldest date (default: newest first).
     #[arg(long)]
     oldest_first: bool,
-    /// Stop at the first failed date.
+    /// Stop starting new dates after the first failure.
     #[arg(long)]
     fail_fast: bool,
-    /// Print one JSON object per date on stdout.
+    /// How many dates run at once (default: the number of CPUs, at most 4).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Skip dates whose partitions were written by this job and idem version from
+    /// inputs that have not changed since.
+    #[arg(long)]
+    skip_fresh: bool,
+    /// Print JSON lines on stdout: a `start` and a `done`/`failed` event per date.
     #[arg(long)]
     json: bool,
 }
@@ -178,6 +185,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let opts = RunOptions {
                 date: args.date.clone(),
                 vars: parse_vars(&args.vars)?,
+                skip_fresh: false,
             };
             let progress = render::Progress::new(!args.json && std::io::stderr().is_terminal());
             let report = runtime()?.block_on(idem_engine::run::run(
@@ -196,6 +204,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let opts = RunOptions {
                 date: args.date.clone(),
                 vars: parse_vars(&args.vars)?,
+                skip_fresh: false,
             };
             let report = runtime()?.block_on(idem_engine::verify::verify(&job, &opts))?;
             if args.json {
@@ -256,57 +265,56 @@ fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
     if !args.oldest_first {
         dates.reverse();
     }
-    let rt = runtime()?;
-    let mut failed = 0usize;
-    for date in &dates {
-        let opts = RunOptions {
-            date: date.clone(),
-            vars: vars.clone(),
-        };
-        let progress = render::Progress::new(!args.json && std::io::stderr().is_terminal());
-        let result = rt.block_on(idem_engine::run::run(
-            &job,
-            &opts,
-            Arc::clone(&progress) as _,
-        ));
-        progress.finish();
-        match result {
-            Ok(report) => print_report(&report, args.json)?,
-            Err(e) => {
-                failed += 1;
-                if args.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({"logical_date": date, "error": e.to_string()})
-                    );
-                } else {
-                    eprintln!("error: {date}: {e}");
-                }
-                if e.is_bad_input() || args.fail_fast {
-                    return Ok(ExitCode::from(if e.is_bad_input() {
-                        2
-                    } else if e.is_check_failure() {
-                        3
-                    } else {
-                        1
-                    }));
-                }
+    let concurrency = args.concurrency.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .min(4)
+    });
+    let opts = idem_engine::backfill::BackfillOptions {
+        dates: dates.clone(),
+        vars,
+        concurrency,
+        fail_fast: args.fail_fast,
+        skip_fresh: args.skip_fresh,
+    };
+    let json = args.json;
+    let progress =
+        render::BackfillProgress::new(dates.len(), !json && std::io::stderr().is_terminal());
+    let events = Arc::clone(&progress);
+    let on_event: Arc<dyn Fn(idem_engine::backfill::Event) + Send + Sync> = Arc::new(move |e| {
+        if json {
+            if let Ok(line) = serde_json::to_string(&e) {
+                println!("{line}");
             }
+        } else {
+            events.event(&e);
         }
-    }
-    if !args.json {
-        println!(
-            "backfill {}: {} dates, {} failed",
-            job.name,
-            dates.len(),
-            failed
-        );
-    }
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
+    });
+    let started = std::time::Instant::now();
+    let outcomes = runtime()?.block_on(idem_engine::backfill::backfill(&job, &opts, on_event));
+    progress.finish();
+    let summary = render::BackfillSummary::of(&outcomes, dates.len(), started.elapsed());
+    if json {
+        println!("{}", serde_json::to_string(&summary)?);
     } else {
-        ExitCode::from(1)
-    })
+        summary.print(&job.name);
+    }
+    let code = outcomes
+        .iter()
+        .filter_map(|o| o.result.as_ref().err())
+        .map(|e| {
+            if e.is_bad_input() {
+                2
+            } else if e.is_check_failure() {
+                3
+            } else {
+                1
+            }
+        })
+        .max()
+        .unwrap_or(if summary.not_run > 0 { 1 } else { 0 });
+    Ok(ExitCode::from(code))
 }
 
 fn gen_data(g: GenCommand) -> anyhow::Result<ExitCode> {

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_engine::run::{Observer, RunReport};
+use idem_engine::backfill::{Event, Outcome};
+use idem_engine::run::{Action, Observer, RunReport};
 use idem_engine::status::TableStatus;
 use idem_engine::verify::VerifyReport;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -179,5 +180,144 @@ pub fn verify(r: &VerifyReport) {
     }
     for (i, rows) in r.only_in.iter().enumerate() {
         println!("rows only in run {} (up to 5):\n{rows}", i + 1);
+    }
+}
+
+/// A backfill's display: an overall bar on a terminal, one line per finished date.
+pub struct BackfillProgress {
+    bar: Option<ProgressBar>,
+}
+
+impl BackfillProgress {
+    pub fn new(dates: usize, terminal: bool) -> Arc<Self> {
+        let bar = terminal.then(|| {
+            let bar = ProgressBar::new(dates as u64);
+            bar.set_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} dates {elapsed} {msg}")
+                    .expect("valid template"),
+            );
+            bar
+        });
+        Arc::new(Self { bar })
+    }
+
+    pub fn event(&self, e: &Event) {
+        let line = match e {
+            Event::Start {
+                logical_date,
+                running,
+                ..
+            } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_message(format!("running {logical_date} ({running} at once)"));
+                }
+                return;
+            }
+            Event::Done {
+                logical_date,
+                report,
+                ..
+            } => {
+                let count = |a: Action| report.partitions.iter().filter(|p| p.action == a).count();
+                let mut parts = Vec::new();
+                for (a, n) in [
+                    (Action::Written, count(Action::Written)),
+                    (Action::Unchanged, count(Action::Unchanged)),
+                    (Action::Emptied, count(Action::Emptied)),
+                    (Action::Fresh, count(Action::Fresh)),
+                ] {
+                    if n > 0 {
+                        parts.push(format!("{n} {a}"));
+                    }
+                }
+                format!(
+                    "{logical_date}  {:<28}  {:>12} rows  {:>7} ms",
+                    parts.join(", "),
+                    thousands(report.rows),
+                    report.elapsed_ms
+                )
+            }
+            Event::Failed {
+                logical_date,
+                error,
+                ..
+            } => format!("{logical_date}  FAILED: {error}"),
+        };
+        match &self.bar {
+            Some(bar) => {
+                bar.inc(1);
+                bar.println(line);
+            }
+            None => println!("{line}"),
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+pub struct BackfillSummary {
+    pub event: &'static str,
+    pub dates: usize,
+    pub succeeded: usize,
+    pub failed: usize,
+    /// Dates never started (after a failure with --fail-fast or a bad job).
+    pub not_run: usize,
+    pub written: usize,
+    pub unchanged: usize,
+    pub emptied: usize,
+    pub fresh: usize,
+    pub rows: u64,
+    pub elapsed_ms: u64,
+}
+
+impl BackfillSummary {
+    pub fn of(outcomes: &[Outcome], dates: usize, elapsed: Duration) -> Self {
+        let reports: Vec<&RunReport> = outcomes
+            .iter()
+            .filter_map(|o| o.result.as_ref().ok())
+            .collect();
+        let count = |a: Action| {
+            reports
+                .iter()
+                .flat_map(|r| &r.partitions)
+                .filter(|p| p.action == a)
+                .count()
+        };
+        let failed = outcomes.len() - reports.len();
+        Self {
+            event: "summary",
+            dates,
+            succeeded: reports.len(),
+            failed,
+            not_run: dates - outcomes.len(),
+            written: count(Action::Written),
+            unchanged: count(Action::Unchanged),
+            emptied: count(Action::Emptied),
+            fresh: count(Action::Fresh),
+            rows: reports.iter().map(|r| r.rows).sum(),
+            elapsed_ms: elapsed.as_millis() as u64,
+        }
+    }
+
+    pub fn print(&self, job: &str) {
+        println!(
+            "backfill {job}: {} dates, {} succeeded, {} failed, {} not run; partitions: {} written, \
+             {} unchanged, {} emptied, {} fresh; {} rows in {:.2} s",
+            self.dates,
+            self.succeeded,
+            self.failed,
+            self.not_run,
+            self.written,
+            self.unchanged,
+            self.emptied,
+            self.fresh,
+            thousands(self.rows),
+            self.elapsed_ms as f64 / 1000.0
+        );
     }
 }

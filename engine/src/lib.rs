@@ -4,8 +4,10 @@
 //! refuses what would make two runs differ, streams the output into staged partitions
 //! through `idem-io`, and publishes each atomically.
 
+pub mod backfill;
 pub mod checks;
 mod error;
+pub mod freshness;
 pub mod guard;
 pub mod job;
 pub mod key;

@@ -59,6 +59,9 @@ pub struct RunInfo {
     pub logical_date: String,
     pub run_id: String,
     pub idem_version: String,
+    /// The `--var` values the run was given, as text.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub vars: std::collections::BTreeMap<String, String>,
     pub inputs: Vec<InputFile>,
 }
 

@@ -91,10 +91,18 @@ pub fn json_lines(out: &Output) -> Vec<Value> {
         .collect()
 }
 
-/// `(partition, action)` pairs of a run's JSON report, sorted.
+/// `(partition, action)` pairs of runs' JSON reports (or backfill events), sorted.
 pub fn actions(reports: &[Value]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = reports
         .iter()
+        // A run's report, or a backfill's `done` event holding one.
+        .map(|r| {
+            if r["event"] == "done" {
+                &r["report"]
+            } else {
+                r
+            }
+        })
         .flat_map(|r| r["partitions"].as_array().cloned().unwrap_or_default())
         .map(|p| {
             (

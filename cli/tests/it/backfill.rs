@@ -1,0 +1,167 @@
+//! Backfills: newest first, capped concurrency, idempotent re-runs, and --skip-fresh.
+
+use std::time::Instant;
+
+use crate::common::*;
+
+const FCT: &str = "testdata/jobs/fct_orders.toml";
+
+fn thirty_days(lake: &Lake) {
+    let spec = idem_testdata::OrdersSpec {
+        days: 30,
+        ..Default::default()
+    };
+    idem_testdata::write_orders(&lake.join("testdata/lake/raw/orders"), &spec).unwrap();
+}
+
+fn backfill(lake: &Lake, extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec![
+        "backfill",
+        FCT,
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-30",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    lake.idem_ok(&args)
+}
+
+#[test]
+fn newest_first_with_a_concurrency_cap() {
+    let lake = Lake::new();
+    thirty_days(&lake);
+    let events = backfill(&lake, &["--concurrency", "3"]);
+    let starts: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "start")
+        .map(|e| e["logical_date"].as_str().unwrap())
+        .collect();
+    let mut newest_first = starts.clone();
+    newest_first.sort_by(|a, b| b.cmp(a));
+    assert_eq!(starts, newest_first);
+    assert_eq!(starts.len(), 30);
+    let max_running = events
+        .iter()
+        .filter_map(|e| e["running"].as_u64())
+        .max()
+        .unwrap();
+    assert!((1..=3).contains(&max_running), "{max_running}");
+    let summary = events.last().unwrap();
+    assert_eq!(summary["event"], "summary");
+    assert_eq!(summary["succeeded"], 30);
+    assert_eq!(summary["written"], 30);
+
+    let oldest = lake.idem_ok(&[
+        "backfill",
+        FCT,
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-03",
+        "--json",
+        "--oldest-first",
+        "--concurrency",
+        "1",
+    ]);
+    let starts: Vec<&str> = oldest
+        .iter()
+        .filter(|e| e["event"] == "start")
+        .map(|e| e["logical_date"].as_str().unwrap())
+        .collect();
+    assert_eq!(starts, vec!["2026-06-01", "2026-06-02", "2026-06-03"]);
+}
+
+#[test]
+fn a_rerun_is_unchanged_and_skip_fresh_skips_every_date() {
+    let lake = Lake::new();
+    thirty_days(&lake);
+    let t = Instant::now();
+    backfill(&lake, &[]);
+    let first = t.elapsed();
+    let table = lake.join("lake/analytics/fct_orders");
+    let before = snapshot(&table);
+
+    let t = Instant::now();
+    let again = backfill(&lake, &[]);
+    let second = t.elapsed();
+    let acts = actions(&again);
+    assert_eq!(acts.len(), 30);
+    assert!(acts.iter().all(|(_, a)| a == "unchanged"), "{acts:?}");
+
+    let t = Instant::now();
+    let fresh = backfill(&lake, &["--skip-fresh"]);
+    let third = t.elapsed();
+    let acts = actions(&fresh);
+    assert_eq!(acts.len(), 30);
+    assert!(acts.iter().all(|(_, a)| a == "fresh"), "{acts:?}");
+    assert_eq!(before, snapshot(&table));
+    eprintln!("30-day backfill: first {first:?}, re-run {second:?}, --skip-fresh {third:?}");
+
+    // One source day changes: exactly that date runs, the others stay fresh.
+    let spec = idem_testdata::OrdersSpec {
+        seed: 77,
+        days: 30,
+        ..Default::default()
+    };
+    idem_testdata::write_orders_day(&lake.join("testdata/lake/raw/orders"), &spec, 9).unwrap();
+    let after = backfill(&lake, &["--skip-fresh"]);
+    let acts = actions(&after);
+    let ran: Vec<_> = acts.iter().filter(|(_, a)| a != "fresh").collect();
+    assert_eq!(
+        ran,
+        vec![&("dt=2026-06-10".to_string(), "written".to_string())]
+    );
+}
+
+#[test]
+fn a_failed_date_does_not_stop_the_others() {
+    let lake = Lake::new();
+    // 2026-06-02's source file is corrupt: that date fails, the others land.
+    std::fs::write(
+        lake.join("testdata/lake/raw/orders/created_date=2026-06-02/part-0.parquet"),
+        b"not parquet",
+    )
+    .unwrap();
+    let out = lake.idem(&[
+        "backfill",
+        FCT,
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-04",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let events = json_lines(&out);
+    let failed: Vec<_> = events.iter().filter(|e| e["event"] == "failed").collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["logical_date"], "2026-06-02");
+    let summary = events.last().unwrap();
+    assert_eq!(summary["failed"], 1);
+    assert_eq!(summary["succeeded"], 3);
+    for d in ["2026-06-01", "2026-06-03", "2026-06-04"] {
+        assert!(
+            lake.join(&format!("lake/analytics/fct_orders/dt={d}"))
+                .is_dir()
+        );
+    }
+    // With --fail-fast, no date starts after the failure.
+    let out = lake.idem(&[
+        "backfill",
+        FCT,
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-04",
+        "--json",
+        "--fail-fast",
+        "--oldest-first",
+        "--concurrency",
+        "1",
+    ]);
+    let events = json_lines(&out);
+    let summary = events.last().unwrap();
+    assert_eq!(summary["not_run"], 2, "{summary}");
+}

@@ -1,0 +1,110 @@
+//! `--skip-fresh`: whether a date's partitions are already what a run would write,
+//! decided from their manifests alone, without planning or reading any data.
+//!
+//! A date is fresh when every live partition its window owns was written by this job
+//! (same job fingerprint), this idem version and the same `--var` values, from inputs
+//! that are all still there with the same size and modification time, with no new file
+//! beside them. A window that owns no live partition, or whose partitions read no
+//! input, is never fresh: the run is cheap there and decides for itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use idem_io::commit::CommitBackend;
+use idem_io::commit::local::LocalTable;
+use idem_io::manifest::{InputFile, LiveState};
+
+use crate::error::{Error, Result};
+use crate::job::Job;
+use crate::run::{Action, PartitionReport, RunOptions};
+use crate::window::{Window, interval_of};
+
+/// The owned partitions, reported `fresh`, when the whole window is fresh.
+pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<PartitionReport>>> {
+    let window = Window::parse(job.target.grain, &opts.date)?;
+    let table = LocalTable::new(&job.target.path);
+    let Some(time_column) = job.target.time_column.as_deref().or(job
+        .target
+        .partition_by
+        .first()
+        .map(String::as_str))
+    else {
+        return Ok(None);
+    };
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
+    };
+    let vars = opts.var_text();
+    let mut out = Vec::new();
+    for p in table
+        .live_partitions(job.target.partition_by.len())
+        .map_err(storage)?
+    {
+        let Some(Some(value)) = p.value(time_column) else {
+            continue;
+        };
+        if !interval_of(value).is_some_and(|iv| window.contains(iv)) {
+            continue;
+        }
+        let Some(LiveState::Managed(m)) = table.live_state(&p).map_err(storage)? else {
+            return Ok(None);
+        };
+        let same_run = m.run.job_fingerprint == job.fingerprint
+            && m.run.idem_version == env!("CARGO_PKG_VERSION")
+            && m.run.vars == vars;
+        if !same_run || m.run.inputs.is_empty() || !inputs_unchanged(&m.run.inputs) {
+            return Ok(None);
+        }
+        out.push(PartitionReport {
+            partition: p.to_string(),
+            action: Action::Fresh,
+            rows: m.rows,
+            bytes: m.data_bytes,
+            files: m.files.len(),
+            digest: m.digest.clone(),
+            publish: None,
+            ms: 0,
+        });
+    }
+    Ok(if out.is_empty() { None } else { Some(out) })
+}
+
+fn inputs_unchanged(inputs: &[InputFile]) -> bool {
+    let mut by_dir: BTreeMap<&Path, BTreeSet<&str>> = BTreeMap::new();
+    for f in inputs {
+        let path = Path::new(&f.path);
+        let Ok(meta) = std::fs::metadata(path) else {
+            return false;
+        };
+        let mtime = meta
+            .modified()
+            .ok()
+            .map(|t| chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339());
+        if meta.len() != f.size || mtime != f.mtime {
+            return false;
+        }
+        if let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
+        {
+            by_dir.entry(dir).or_default().insert(name);
+        }
+    }
+    // A new file beside the ones read (a late file for the same day) makes it stale.
+    for (dir, names) in by_dir {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return false;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let is_file = e.file_type().map(|t| t.is_file()).unwrap_or(false);
+            if is_file
+                && !name.starts_with('.')
+                && !name.starts_with('_')
+                && !names.contains(name.as_str())
+            {
+                return false;
+            }
+        }
+    }
+    true
+}
