@@ -277,6 +277,7 @@ fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
         concurrency,
         fail_fast: args.fail_fast,
         skip_fresh: args.skip_fresh,
+        stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
     };
     let json = args.json;
     let progress =
@@ -292,9 +293,29 @@ fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
         }
     });
     let started = std::time::Instant::now();
-    let outcomes = runtime()?.block_on(idem_engine::backfill::backfill(&job, &opts, on_event));
+    let rt = runtime()?;
+    // Ctrl-C: start no further date and let the running ones finish (each publishes
+    // atomically, so nothing is left half-done); a second Ctrl-C abandons them, which
+    // is safe too: a killed run leaves every partition old or new.
+    let stop = Arc::clone(&opts.stop);
+    rt.spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            eprintln!(
+                "interrupted: finishing the dates already running (Ctrl-C again to abandon them)"
+            );
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!(
+                    "abandoned; every partition is old or new, re-run the backfill to finish"
+                );
+                std::process::exit(130);
+            }
+        }
+    });
+    let outcomes = rt.block_on(idem_engine::backfill::backfill(&job, &opts, on_event));
     progress.finish();
-    let summary = render::BackfillSummary::of(&outcomes, dates.len(), started.elapsed());
+    let mut summary = render::BackfillSummary::of(&outcomes, dates.len(), started.elapsed());
+    summary.interrupted = opts.stop.load(std::sync::atomic::Ordering::SeqCst) && !args.fail_fast;
     if json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {

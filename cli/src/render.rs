@@ -273,6 +273,8 @@ pub struct BackfillSummary {
     pub fresh: usize,
     pub rows: u64,
     pub elapsed_ms: u64,
+    /// Ctrl-C stopped the backfill before every date started.
+    pub interrupted: bool,
 }
 
 impl BackfillSummary {
@@ -301,10 +303,17 @@ impl BackfillSummary {
             fresh: count(Action::Fresh),
             rows: reports.iter().map(|r| r.rows).sum(),
             elapsed_ms: elapsed.as_millis() as u64,
+            interrupted: false,
         }
     }
 
     pub fn print(&self, job: &str) {
+        if self.interrupted {
+            println!(
+                "backfill {job}: interrupted; {} dates were not started",
+                self.not_run
+            );
+        }
         println!(
             "backfill {job}: {} dates, {} succeeded, {} failed, {} not run; partitions: {} written, \
              {} unchanged, {} emptied, {} fresh; {} rows in {:.2} s",

@@ -23,6 +23,8 @@ pub struct BackfillOptions {
     pub concurrency: usize,
     pub fail_fast: bool,
     pub skip_fresh: bool,
+    /// Set (by a Ctrl-C handler, say) to start no further dates; running ones finish.
+    pub stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What a backfill reports as it goes (the CLI prints these as JSON lines).
@@ -60,7 +62,7 @@ pub async fn backfill(
 ) -> Vec<Outcome> {
     let started = Instant::now();
     let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::clone(&opts.stop);
     let concurrency = opts.concurrency.max(1);
     let tasks = opts.dates.iter().cloned().map(|date| {
         let job = job.clone();

@@ -165,3 +165,61 @@ fn a_failed_date_does_not_stop_the_others() {
     let summary = events.last().unwrap();
     assert_eq!(summary["not_run"], 2, "{summary}");
 }
+
+#[test]
+fn ctrl_c_finishes_running_dates_and_reports_what_ran() {
+    use std::io::{BufRead, BufReader};
+    let lake = Lake::new();
+    thirty_days(&lake);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "backfill",
+            FCT,
+            "--from",
+            "2026-06-01",
+            "--to",
+            "2026-06-30",
+            "--json",
+            "--concurrency",
+            "1",
+        ])
+        .current_dir(lake.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Interrupt once the second date is done.
+    let mut done = 0;
+    let mut events = Vec::new();
+    for line in lines.by_ref() {
+        let e: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if e["event"] == "done" {
+            done += 1;
+        }
+        events.push(e);
+        if done == 2 {
+            rustix::process::kill_process(
+                rustix::process::Pid::from_child(&child),
+                rustix::process::Signal::INT,
+            )
+            .unwrap();
+            break;
+        }
+    }
+    for line in lines {
+        events.push(serde_json::from_str(&line.unwrap()).unwrap());
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let summary = events.last().unwrap();
+    assert_eq!(summary["event"], "summary");
+    assert_eq!(summary["interrupted"], true);
+    let not_run = summary["not_run"].as_u64().unwrap();
+    assert!(not_run > 0 && not_run < 28, "{summary}");
+    assert_eq!(summary["succeeded"].as_u64().unwrap() + not_run, 30);
+    // Every partition that exists is whole; the same backfill finishes the job.
+    status_digests(&lake, "lake/analytics/fct_orders");
+    let rest = backfill(&lake, &[]);
+    assert_eq!(rest.last().unwrap()["succeeded"], 30);
+}
