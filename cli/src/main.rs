@@ -45,6 +45,8 @@ enum Command {
     Status(StatusArgs),
     /// Remove what dead runs left in a table's staging area (live runs are untouched).
     Gc(StatusArgs),
+    /// Show a table's restatements: partitions rewritten with different rows.
+    Log(StatusArgs),
     /// Generate deterministic sample data.
     #[command(subcommand)]
     Gen(GenCommand),
@@ -228,6 +230,31 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Gen(g) => gen_data(g),
+        Command::Log(args) => {
+            let events = idem_engine::status::log(&args.table)?;
+            if args.json {
+                for e in &events {
+                    println!("{}", serde_json::to_string(e)?);
+                }
+            } else if events.is_empty() {
+                println!("no restatements");
+            } else {
+                for e in &events {
+                    println!(
+                        "{}  {}  {} rows -> {} rows  {} -> {}  ({} for {})",
+                        e.run_id,
+                        e.partition,
+                        e.old_rows,
+                        e.new_rows,
+                        e.old_digest,
+                        e.new_digest,
+                        e.job,
+                        e.logical_date
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Gc(args) => {
             let cleaned = idem_engine::status::gc(&args.table)?;
             if args.json {

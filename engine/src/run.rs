@@ -861,13 +861,31 @@ fn publish_all(
                 if m.digest == written.manifest.digest
                     && m.schema_fingerprint == written.manifest.schema_fingerprint
         );
-        decisions.push((part, unchanged));
+        // A partition that had rows and now gets different ones is a restatement.
+        let restated = match &live {
+            Some(LiveState::Managed(m)) if !unchanged && m.rows > 0 => {
+                Some(idem_io::log::Restatement {
+                    partition: written.partition.to_string(),
+                    old_digest: m.digest.clone(),
+                    new_digest: written.manifest.digest.clone(),
+                    old_rows: m.rows,
+                    new_rows: written.manifest.rows,
+                    job: written.manifest.run.job.clone(),
+                    job_fingerprint: written.manifest.run.job_fingerprint.clone(),
+                    logical_date: written.manifest.run.logical_date.clone(),
+                    run_id: written.manifest.run.run_id.clone(),
+                    replaced_run_id: m.run.run_id.clone(),
+                })
+            }
+            _ => None,
+        };
+        decisions.push((part, unchanged, restated));
     }
 
     failpoint::hit("before_publish").map_err(storage)?;
     observer.phase("publishing");
     let mut reports = Vec::with_capacity(decisions.len());
-    for (part, unchanged) in decisions {
+    for (part, unchanged, restated) in decisions {
         let t = Instant::now();
         let written = part.partition();
         let name = written.partition.to_string();
@@ -885,6 +903,11 @@ fn publish_all(
                     "{name}: the filesystem does not support atomic directory exchange; \
                      published with two renames"
                 ));
+            }
+            // Logged once the new partition is durable; a crash in between loses only
+            // the event, and `idem stale` still sees the changed digest.
+            if let Some(event) = restated {
+                idem_io::log::append(&table.log_dir(), &event).map_err(storage)?;
             }
             failpoint::hit("after_publish_one").map_err(storage)?;
             let action = if rows == 0 {

@@ -152,3 +152,12 @@ pub fn gc(root: &Path) -> Result<Vec<String>> {
         source,
     })
 }
+
+/// `idem log TABLE`: the table's restatement events, oldest first.
+pub fn log(root: &Path) -> Result<Vec<idem_io::log::Restatement>> {
+    let table = idem_io::commit::local::LocalTable::new(root);
+    idem_io::log::read(&table.log_dir()).map_err(|source| Error::Storage {
+        target: root.to_path_buf(),
+        source,
+    })
+}

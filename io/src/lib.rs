@@ -10,6 +10,7 @@ pub mod durable;
 mod error;
 pub mod failpoint;
 pub mod hive;
+pub mod log;
 pub mod manifest;
 pub mod writer;
 

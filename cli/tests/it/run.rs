@@ -81,6 +81,20 @@ fn changing_one_source_day_rewrites_only_that_partition() {
         before.get("dt=2026-06-03/part-00000.parquet"),
         after.get("dt=2026-06-03/part-00000.parquet")
     );
+
+    // The rewrite is in the table's restatement log, once; the first load and the
+    // unchanged re-runs are not.
+    let out = lake.idem(&["log", "lake/analytics/fct_orders", "--json"]);
+    assert!(out.status.success());
+    let events = json_lines(&out);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(e["partition"], "dt=2026-06-03");
+    assert_eq!(e["job"], "fct_orders");
+    assert_eq!(e["logical_date"], "2026-06-03");
+    assert_ne!(e["old_digest"], e["new_digest"]);
+    let human = lake.idem(&["log", "lake/analytics/fct_orders"]);
+    assert!(String::from_utf8_lossy(&human.stdout).contains("dt=2026-06-03"));
 }
 
 #[test]

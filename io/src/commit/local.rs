@@ -56,6 +56,11 @@ impl LocalTable {
         &self.meta
     }
 
+    /// Where the table's restatement log lives.
+    pub fn log_dir(&self) -> PathBuf {
+        self.meta.join("log")
+    }
+
     /// Creates the metadata directory and checks that staging and table share a
     /// filesystem, so the swap can be a rename. The table root itself is created only
     /// when the first partition is published: a run that fails earlier leaves no trace

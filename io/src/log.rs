@@ -1,0 +1,68 @@
+//! The table's restatement log: one JSON file per event under `_idem/<table>/log/`,
+//! created exclusively (never overwritten, so concurrent writers cannot clobber each
+//! other) and fsynced. An event records that a partition which had rows was rewritten
+//! with a different digest, so downstream jobs and people can tell.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::durable;
+use crate::error::{Error, Result};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restatement {
+    pub partition: String,
+    pub old_digest: String,
+    pub new_digest: String,
+    pub old_rows: u64,
+    pub new_rows: u64,
+    pub job: String,
+    pub job_fingerprint: String,
+    pub logical_date: String,
+    pub run_id: String,
+    /// The run id of the rewritten partition's previous writer.
+    pub replaced_run_id: String,
+}
+
+/// Appends an event to the log in `dir`.
+pub fn append(dir: &Path, event: &Restatement) -> Result<()> {
+    durable::create_dir_all(dir)?;
+    let key = xxhash_rust::xxh3::xxh3_64(event.partition.as_bytes());
+    let path = dir.join(format!("{}-{key:016x}.json", event.run_id));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(Error::io("create", &path))?;
+    let json = serde_json::to_vec(event).expect("event serializes");
+    f.write_all(&json).map_err(Error::io("write", &path))?;
+    f.sync_all().map_err(Error::io("fsync", &path))?;
+    durable::sync_dir(dir)
+}
+
+/// Every event in `dir`, oldest first (file names start with the run id, which starts
+/// with the run's UTC start time).
+pub fn read(dir: &Path) -> Result<Vec<Restatement>> {
+    let mut names: Vec<_> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list", dir)(e)),
+    };
+    names.sort();
+    names
+        .iter()
+        .map(|p| {
+            let bytes = std::fs::read(p).map_err(Error::io("read", p))?;
+            serde_json::from_slice(&bytes).map_err(|e| Error::BadManifest {
+                path: p.clone(),
+                reason: e.to_string(),
+            })
+        })
+        .collect()
+}
