@@ -288,8 +288,11 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
 fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
     let job = Job::load(&args.job)?;
     let vars = parse_vars(&args.vars)?;
-    let mut dates = idem_engine::window::dates_between(job.target.grain, &args.from, &args.to)?;
-    if !args.oldest_first {
+    // Newest first; with a lookback, runs are spaced so that no partition is computed
+    // twice needlessly.
+    let mut dates =
+        idem_engine::window::backfill_dates(job.target.grain, &args.from, &args.to, job.lookback)?;
+    if args.oldest_first {
         dates.reverse();
     }
     let concurrency = args.concurrency.unwrap_or_else(|| {

@@ -21,7 +21,7 @@ use crate::window::{Window, interval_of};
 
 /// The owned partitions, reported `fresh`, when the whole window is fresh.
 pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<PartitionReport>>> {
-    let window = Window::parse(job.target.grain, &opts.date)?;
+    let window = Window::parse(job.target.grain, &opts.date)?.with_lookback(job.lookback);
     let table = LocalTable::new(&job.target.path);
     let Some(time_column) = job.target.time_column.as_deref().or(job
         .target

@@ -23,6 +23,9 @@ struct JobFile {
     name: String,
     #[serde(default)]
     allow_nondeterministic: bool,
+    /// A run for D also owns the `lookback` grain units before D (late rows).
+    #[serde(default)]
+    lookback: u32,
     #[serde(default)]
     sources: BTreeMap<String, SourceFile>,
     transform: TransformFile,
@@ -141,6 +144,7 @@ pub struct Job {
     pub path: PathBuf,
     pub name: String,
     pub allow_nondeterministic: bool,
+    pub lookback: u32,
     pub sources: Vec<Source>,
     pub sql: String,
     pub target: Target,
@@ -307,6 +311,7 @@ impl Job {
             path: path.to_path_buf(),
             name: file.name,
             allow_nondeterministic: file.allow_nondeterministic,
+            lookback: file.lookback,
             sources,
             sql,
             target,

@@ -150,7 +150,7 @@ pub async fn plan_unchecked(job: &Job) -> Result<DataFrame> {
 /// Plans a run: parses the date, plans the SQL with bound parameters, and checks
 /// determinism and the output's shape. Touches no storage.
 pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
-    let window = Window::parse(job.target.grain, &opts.date)?;
+    let window = Window::parse(job.target.grain, &opts.date)?.with_lookback(job.lookback);
     if job.target.path.exists() && !job.target.path.is_dir() {
         return Err(Error::JobInvalid {
             path: job.path.clone(),
@@ -386,7 +386,7 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
     if opts.skip_fresh
         && let Some(fresh) = crate::freshness::fresh_partitions(job, opts)?
     {
-        let window = Window::parse(job.target.grain, &opts.date)?;
+        let window = Window::parse(job.target.grain, &opts.date)?.with_lookback(job.lookback);
         return Ok(RunReport {
             job: job.name.clone(),
             job_file: job.path.display().to_string(),

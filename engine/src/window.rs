@@ -36,8 +36,12 @@ impl std::fmt::Display for Grain {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Window {
     pub grain: Grain,
+    /// Start of the window the run owns (the logical date's unit, or earlier with a
+    /// lookback).
     pub start: NaiveDateTime,
     pub end: NaiveDateTime,
+    /// Start of the logical date's own unit.
+    pub logical: NaiveDateTime,
 }
 
 impl Window {
@@ -81,26 +85,60 @@ impl Window {
             grain,
             start,
             end: advance(grain, start),
+            logical: start,
         })
+    }
+
+    /// The window extended `units` grain units back (a job's `lookback`), for rows
+    /// that arrive late: the run then owns those earlier units too.
+    pub fn with_lookback(mut self, units: u32) -> Window {
+        for _ in 0..units {
+            self.start = retreat(self.grain, self.start);
+        }
+        self
+    }
+
+    /// The start of every grain unit of the window, oldest first.
+    pub fn units(&self) -> Vec<NaiveDateTime> {
+        let mut out = Vec::new();
+        let mut t = self.start;
+        while t < self.end {
+            out.push(t);
+            t = advance(self.grain, t);
+        }
+        out
     }
 
     /// `$run_date`: the date the window starts on.
     pub fn run_date(&self) -> NaiveDate {
-        self.start.date()
+        self.logical.date()
     }
 
     /// The logical date as written in manifests and reports.
     pub fn label(&self) -> String {
-        match self.grain {
-            Grain::Hour => self.start.format("%Y-%m-%dT%H").to_string(),
-            Grain::Day => self.start.format("%Y-%m-%d").to_string(),
-            Grain::Month => self.start.format("%Y-%m").to_string(),
-        }
+        label_of(self.grain, self.logical)
     }
 
     /// Whether the interval `[a, b)` lies inside the window.
     pub fn contains(&self, (a, b): (NaiveDateTime, NaiveDateTime)) -> bool {
         a >= self.start && b <= self.end
+    }
+}
+
+fn retreat(grain: Grain, t: NaiveDateTime) -> NaiveDateTime {
+    match grain {
+        Grain::Hour => t - Duration::hours(1),
+        Grain::Day => t - Duration::days(1),
+        Grain::Month => {
+            let (y, m) = if t.month() == 1 {
+                (t.year() - 1, 12)
+            } else {
+                (t.year(), t.month() - 1)
+            };
+            NaiveDate::from_ymd_opt(y, m, 1)
+                .expect("first of month exists")
+                .and_time(NaiveTime::MIN)
+        }
     }
 }
 
@@ -168,12 +206,17 @@ pub fn interval_of(value: &str) -> Option<(NaiveDateTime, NaiveDateTime)> {
 /// column under a monthly job may hold days or months, so nothing is created there
 /// (live partitions inside the window are still replaced).
 pub fn window_values(window: &Window, kind: TimeColumnKind) -> Vec<String> {
+    let units = window.units();
     match (kind, window.grain) {
-        (TimeColumnKind::Date, Grain::Day) => vec![window.start.format("%Y-%m-%d").to_string()],
-        (TimeColumnKind::Timestamp, Grain::Hour) => {
-            vec![window.start.format("%Y-%m-%d %H:%M:%S").to_string()]
-        }
-        (TimeColumnKind::Text, _) => vec![window.label()],
+        (TimeColumnKind::Date, Grain::Day) => units
+            .iter()
+            .map(|t| t.format("%Y-%m-%d").to_string())
+            .collect(),
+        (TimeColumnKind::Timestamp, Grain::Hour) => units
+            .iter()
+            .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+            .collect(),
+        (TimeColumnKind::Text, g) => units.iter().map(|t| label_of(g, *t)).collect(),
         _ => Vec::new(),
     }
 }
@@ -187,6 +230,37 @@ pub enum TimeColumnKind {
 }
 
 /// Every logical date from `from` to `to` inclusive, at the grain, oldest first.
+/// The logical dates a backfill of `from..=to` runs, newest first, for a job with
+/// `lookback` units: each run owns its date and the `lookback` units before it, so
+/// runs are spaced `lookback + 1` apart and no partition is computed twice needlessly
+/// (the oldest run is placed so that it still covers `from`).
+pub fn backfill_dates(grain: Grain, from: &str, to: &str, lookback: u32) -> Result<Vec<String>> {
+    let all = dates_between(grain, from, to)?;
+    if lookback == 0 {
+        let mut all = all;
+        all.reverse();
+        return Ok(all);
+    }
+    let step = lookback as usize + 1;
+    let n = all.len();
+    let mut out = Vec::new();
+    let mut i = n - 1;
+    loop {
+        out.push(all[i].clone());
+        if i < step + lookback as usize {
+            // The next run would own days before `from`: one last run, the earliest
+            // whose window starts at `from`, unless this one already covers it.
+            let last = (lookback as usize).min(n - 1);
+            if i > last && i - lookback as usize > 0 {
+                out.push(all[last].clone());
+            }
+            break;
+        }
+        i -= step;
+    }
+    Ok(out)
+}
+
 pub fn dates_between(grain: Grain, from: &str, to: &str) -> Result<Vec<String>> {
     let first = Window::parse(grain, from)?;
     let last = Window::parse(grain, to)?;
@@ -229,6 +303,28 @@ mod tests {
         assert!(Window::parse(Grain::Day, "2026-13-01").is_err());
         assert!(Window::parse(Grain::Day, "yesterday").is_err());
         assert!(Window::parse(Grain::Month, "2026-06-04").is_err());
+    }
+
+    #[test]
+    fn lookback_extends_the_window_and_spaces_backfills() {
+        let w = Window::parse(Grain::Day, "2026-06-10")
+            .unwrap()
+            .with_lookback(2);
+        assert_eq!(w.start.date().to_string(), "2026-06-08");
+        assert_eq!(w.label(), "2026-06-10");
+        assert_eq!(w.run_date().to_string(), "2026-06-10");
+        assert_eq!(window_values(&w, TimeColumnKind::Date).len(), 3);
+        let dates = backfill_dates(Grain::Day, "2026-06-01", "2026-06-10", 2).unwrap();
+        assert_eq!(
+            dates,
+            vec!["2026-06-10", "2026-06-07", "2026-06-04", "2026-06-03"]
+        );
+        let plain = backfill_dates(Grain::Day, "2026-06-01", "2026-06-03", 0).unwrap();
+        assert_eq!(plain, vec!["2026-06-03", "2026-06-02", "2026-06-01"]);
+        let m = Window::parse(Grain::Month, "2026-01")
+            .unwrap()
+            .with_lookback(1);
+        assert_eq!(m.start.date().to_string(), "2025-12-01");
     }
 
     #[test]

@@ -223,3 +223,72 @@ fn ctrl_c_finishes_running_dates_and_reports_what_ran() {
     let rest = backfill(&lake, &[]);
     assert_eq!(rest.last().unwrap()["succeeded"], 30);
 }
+
+#[test]
+fn lookback_owns_late_days_and_backfills_run_each_partition_once() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "late",
+        r#"
+name = "late"
+lookback = 2
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = """
+select order_id, amount_usd, created_date as dt
+from orders
+where created_date >= cast($run_start as date) and created_date < cast($run_end as date)
+"""
+[target]
+path = "out/late"
+partition_by = ["dt"]
+"#,
+    );
+    let first = lake.idem_ok(&["run", &job, "--date", "2026-06-05", "--json"]);
+    assert_eq!(
+        actions(&first),
+        vec![
+            ("dt=2026-06-03".to_string(), "written".to_string()),
+            ("dt=2026-06-04".to_string(), "written".to_string()),
+            ("dt=2026-06-05".to_string(), "written".to_string()),
+        ]
+    );
+    assert_eq!(first[0]["logical_date"], "2026-06-05");
+    // Late rows for 06-04: the next run of 06-05 picks them up.
+    let spec = idem_testdata::OrdersSpec {
+        seed: 8,
+        ..Default::default()
+    };
+    idem_testdata::write_orders_day(&lake.join("testdata/lake/raw/orders"), &spec, 3).unwrap();
+    let again = lake.idem_ok(&["run", &job, "--date", "2026-06-05", "--json"]);
+    let written: Vec<_> = actions(&again)
+        .into_iter()
+        .filter(|(_, a)| a == "written")
+        .collect();
+    assert_eq!(
+        written,
+        vec![("dt=2026-06-04".to_string(), "written".to_string())]
+    );
+
+    let events = lake.idem_ok(&[
+        "backfill",
+        &job,
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-07",
+        "--json",
+        "--concurrency",
+        "1",
+    ]);
+    let starts: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "start")
+        .map(|e| e["logical_date"].as_str().unwrap())
+        .collect();
+    assert_eq!(starts, vec!["2026-06-07", "2026-06-04", "2026-06-03"]);
+    let digests = status_digests(&lake, "out/late");
+    assert_eq!(digests.len(), 7);
+}
