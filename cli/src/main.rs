@@ -47,6 +47,10 @@ enum Command {
     Gc(StatusArgs),
     /// Show a table's restatements: partitions rewritten with different rows.
     Log(StatusArgs),
+    /// Print the jobs of a project folder in dependency order.
+    Plan(ProjectArgs),
+    /// List downstream partitions whose upstream inputs changed since they were written.
+    Stale(ProjectArgs),
     /// Generate deterministic sample data.
     #[command(subcommand)]
     Gen(GenCommand),
@@ -101,6 +105,14 @@ struct BackfillArgs {
 struct StatusArgs {
     /// The table's root directory.
     table: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct ProjectArgs {
+    /// A folder of job files.
+    project: PathBuf,
     #[arg(long)]
     json: bool,
 }
@@ -230,6 +242,42 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Gen(g) => gen_data(g),
+        Command::Plan(args) => {
+            let project = idem_engine::project::Project::load(&args.project)?;
+            let plan = project.plan();
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&plan)?);
+            } else {
+                for e in &plan {
+                    let from = if e.upstream.is_empty() {
+                        "sources only".to_string()
+                    } else {
+                        format!("reads {}", e.upstream.join(", "))
+                    };
+                    println!("{}  ({})  {from}  -> {}", e.job, e.job_file, e.target);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stale(args) => {
+            let project = idem_engine::project::Project::load(&args.project)?;
+            let stale = project.stale()?;
+            if args.json {
+                for s in &stale {
+                    println!("{}", serde_json::to_string(s)?);
+                }
+            } else if stale.is_empty() {
+                println!("nothing is stale");
+            } else {
+                for s in &stale {
+                    println!(
+                        "{} {} (logical date {}): {} changed ({})",
+                        s.job, s.partition, s.logical_date, s.upstream, s.changed_input
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Log(args) => {
             let events = idem_engine::status::log(&args.table)?;
             if args.json {

@@ -71,28 +71,33 @@ pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<Parti
 }
 
 fn inputs_unchanged(inputs: &[InputFile]) -> bool {
+    first_changed(inputs).is_none()
+}
+
+/// The first recorded input that is gone or changed (size, mtime), or the first new
+/// file beside them; `None` when everything is as recorded.
+pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
     let mut by_dir: BTreeMap<&Path, BTreeSet<&str>> = BTreeMap::new();
     for f in inputs {
         let path = Path::new(&f.path);
         let Ok(meta) = std::fs::metadata(path) else {
-            return false;
+            return Some(f.path.clone());
         };
         let mtime = meta
             .modified()
             .ok()
             .map(|t| chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339());
         if meta.len() != f.size || mtime != f.mtime {
-            return false;
+            return Some(f.path.clone());
         }
         if let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
         {
             by_dir.entry(dir).or_default().insert(name);
         }
     }
-    // A new file beside the ones read (a late file for the same day) makes it stale.
     for (dir, names) in by_dir {
         let Ok(entries) = std::fs::read_dir(dir) else {
-            return false;
+            return Some(dir.display().to_string());
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -102,9 +107,9 @@ fn inputs_unchanged(inputs: &[InputFile]) -> bool {
                 && !name.starts_with('_')
                 && !names.contains(name.as_str())
             {
-                return false;
+                return Some(e.path().display().to_string());
             }
         }
     }
-    true
+    None
 }

@@ -339,14 +339,10 @@ fn source(job: &Path, name: &str, s: &SourceFile) -> Result<Source> {
         )));
     }
     let raw = raw.strip_prefix("file://").unwrap_or(&raw).to_string();
-    let is_glob = raw.contains(['*', '?', '[']);
     let abs = absolute(&raw);
     let mut path = abs.to_string_lossy().into_owned();
     if raw.ends_with('/') && !path.ends_with('/') {
         path.push('/');
-    }
-    if !is_glob && !abs.exists() {
-        return Err(err(format!("path {} does not exist", abs.display())));
     }
     if abs.is_dir() && !path.ends_with('/') {
         path.push('/');

@@ -13,6 +13,7 @@ pub mod job;
 pub mod key;
 pub mod merge;
 pub mod params;
+pub mod project;
 pub mod route;
 pub mod run;
 pub mod session;

@@ -58,6 +58,15 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         source_name: s.name.clone(),
         message,
     };
+    // Checked here, when the job is planned, not when it is loaded: in a project a
+    // job's source may be another job's table that does not exist yet.
+    let is_glob = s.path.contains(['*', '?', '[']);
+    if !is_glob && !std::path::Path::new(&s.path).exists() {
+        return Err(err(format!(
+            "path {} does not exist",
+            s.path.trim_end_matches('/')
+        )));
+    }
     let url = ListingTableUrl::parse(&s.path).map_err(|e| err(format!("path {}: {e}", s.path)))?;
     let format: Arc<dyn FileFormat> = match s.format {
         Format::Parquet => Arc::new(ParquetFormat::default()),

@@ -8,5 +8,6 @@ mod concurrent;
 mod crash;
 mod guard;
 mod merge;
+mod project;
 mod readers;
 mod run;

@@ -1,0 +1,91 @@
+//! Projects: the DAG from paths, cycles, and staleness of downstream partitions.
+
+use crate::common::*;
+
+#[test]
+fn plan_orders_jobs_and_stale_finds_exactly_the_changed_partitions() {
+    let lake = Lake::new();
+    let out = lake.idem(&["plan", "testdata/jobs", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let order: Vec<&str> = plan
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["job"].as_str().unwrap())
+        .collect();
+    let pos = |n: &str| order.iter().position(|j| *j == n).unwrap();
+    assert!(pos("fct_orders") < pos("daily_sales"), "{order:?}");
+    assert_eq!(
+        plan[pos("daily_sales")]["upstream"],
+        serde_json::json!(["fct_orders"])
+    );
+
+    for job in ["fct_orders", "daily_sales"] {
+        lake.idem_ok(&[
+            "backfill",
+            &format!("testdata/jobs/{job}.toml"),
+            "--from",
+            "2026-06-01",
+            "--to",
+            "2026-06-03",
+        ]);
+    }
+    let stale = lake.idem(&["stale", "testdata/jobs", "--json"]);
+    assert!(json_lines(&stale).is_empty());
+    // The raw source of one day changes and fct_orders is re-run: that one mart
+    // partition is now stale, the others are not.
+    let spec = idem_testdata::OrdersSpec {
+        seed: 21,
+        ..Default::default()
+    };
+    idem_testdata::write_orders_day(&lake.join("testdata/lake/raw/orders"), &spec, 1).unwrap();
+    lake.idem_ok(&[
+        "backfill",
+        "testdata/jobs/fct_orders.toml",
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-03",
+    ]);
+    let stale = json_lines(&lake.idem(&["stale", "testdata/jobs", "--json"]));
+    assert_eq!(stale.len(), 1, "{stale:?}");
+    assert_eq!(stale[0]["job"], "daily_sales");
+    assert_eq!(stale[0]["partition"], "dt=2026-06-02");
+    assert_eq!(stale[0]["upstream"], "fct_orders");
+    // Re-running the mart for that date clears it.
+    lake.idem_ok(&[
+        "run",
+        "testdata/jobs/daily_sales.toml",
+        "--date",
+        "2026-06-02",
+    ]);
+    assert!(json_lines(&lake.idem(&["stale", "testdata/jobs", "--json"])).is_empty());
+}
+
+#[test]
+fn a_cycle_is_an_error_that_names_it() {
+    let lake = Lake::new();
+    let dir = lake.join("cyclic");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, reads, writes) in [("a", "out/b/", "out/a"), ("b", "out/a/", "out/b")] {
+        std::fs::create_dir_all(lake.join(reads)).unwrap();
+        std::fs::write(lake.join(&format!("{reads}x.parquet")), b"").unwrap();
+        std::fs::write(
+            dir.join(format!("{name}.toml")),
+            format!(
+                "name = \"{name}\"\n[sources.s]\npath = \"{reads}\"\n[transform]\nsql = \"select 1 as x\"\n\
+                 [target]\npath = \"{writes}\"\n"
+            ),
+        )
+        .unwrap();
+    }
+    let out = lake.idem(&["plan", "cyclic"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cycle: a -> b -> a"), "{err}");
+}
