@@ -74,7 +74,12 @@ struct RunArgs {
 
 #[derive(Args, Debug)]
 struct BackfillArgs {
+    /// A job file, or a project folder of job files (run in dependency order).
     job: PathBuf,
+    /// With a project: jobs that read other jobs' tables run only for the dates whose
+    /// partitions became stale.
+    #[arg(long)]
+    cascade: bool,
     /// First logical date (inclusive).
     #[arg(long)]
     from: String,
@@ -334,12 +339,98 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
 }
 
 fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Ctrl-C: start no further date and let the running ones finish (each publishes
+    // atomically, so nothing is left half-done); a second Ctrl-C abandons them, which
+    // is safe too: a killed run leaves every partition old or new.
+    let flag = Arc::clone(&stop);
+    rt.spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            eprintln!(
+                "interrupted: finishing the dates already running (Ctrl-C again to abandon them)"
+            );
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!(
+                    "abandoned; every partition is old or new, re-run the backfill to finish"
+                );
+                std::process::exit(130);
+            }
+        }
+    });
+    if args.job.is_dir() {
+        return backfill_project(&rt, &args, stop);
+    }
+    if args.cascade {
+        anyhow::bail!(
+            "--cascade needs a project folder (a directory of job files), not a job file"
+        );
+    }
     let job = Job::load(&args.job)?;
-    let vars = parse_vars(&args.vars)?;
-    // Newest first; with a lookback, runs are spaced so that no partition is computed
-    // twice needlessly.
-    let mut dates =
+    let dates =
         idem_engine::window::backfill_dates(job.target.grain, &args.from, &args.to, job.lookback)?;
+    Ok(ExitCode::from(backfill_job(&rt, &job, dates, &args, stop)?))
+}
+
+/// A project: every job in dependency order. With `--cascade`, jobs that read other
+/// jobs' tables run only for the dates whose partitions became stale.
+fn backfill_project(
+    rt: &tokio::runtime::Runtime,
+    args: &BackfillArgs,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<ExitCode> {
+    let project = idem_engine::project::Project::load(&args.job)?;
+    let mut code = 0u8;
+    for job in &project.jobs {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+        let downstream = !project.upstream[&job.name].is_empty();
+        let dates = if args.cascade && downstream {
+            let mut dates: Vec<String> = project
+                .stale()?
+                .into_iter()
+                .filter(|s| s.job == job.name)
+                .map(|s| s.logical_date)
+                .collect();
+            dates.sort_by(|a, b| b.cmp(a));
+            dates.dedup();
+            dates
+        } else {
+            idem_engine::window::backfill_dates(
+                job.target.grain,
+                &args.from,
+                &args.to,
+                job.lookback,
+            )?
+        };
+        if dates.is_empty() {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"event": "nothing_stale", "job": job.name})
+                );
+            } else {
+                println!("{}: nothing stale", job.name);
+            }
+            continue;
+        }
+        code = code.max(backfill_job(rt, job, dates, args, Arc::clone(&stop))?);
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// Backfills one job over `dates` (newest first unless --oldest-first); returns the
+/// exit code.
+fn backfill_job(
+    rt: &tokio::runtime::Runtime,
+    job: &Job,
+    mut dates: Vec<String>,
+    args: &BackfillArgs,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<u8> {
+    let vars = parse_vars(&args.vars)?;
     if args.oldest_first {
         dates.reverse();
     }
@@ -355,7 +446,7 @@ fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
         concurrency,
         fail_fast: args.fail_fast,
         skip_fresh: args.skip_fresh,
-        stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        stop,
     };
     let json = args.json;
     let progress =
@@ -371,28 +462,10 @@ fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
         }
     });
     let started = std::time::Instant::now();
-    let rt = runtime()?;
-    // Ctrl-C: start no further date and let the running ones finish (each publishes
-    // atomically, so nothing is left half-done); a second Ctrl-C abandons them, which
-    // is safe too: a killed run leaves every partition old or new.
-    let stop = Arc::clone(&opts.stop);
-    rt.spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            stop.store(true, std::sync::atomic::Ordering::SeqCst);
-            eprintln!(
-                "interrupted: finishing the dates already running (Ctrl-C again to abandon them)"
-            );
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!(
-                    "abandoned; every partition is old or new, re-run the backfill to finish"
-                );
-                std::process::exit(130);
-            }
-        }
-    });
-    let outcomes = rt.block_on(idem_engine::backfill::backfill(&job, &opts, on_event));
+    let outcomes = rt.block_on(idem_engine::backfill::backfill(job, &opts, on_event));
     progress.finish();
     let mut summary = render::BackfillSummary::of(&outcomes, dates.len(), started.elapsed());
+    summary.job = job.name.clone();
     summary.interrupted = opts.stop.load(std::sync::atomic::Ordering::SeqCst) && !args.fail_fast;
     if json {
         println!("{}", serde_json::to_string(&summary)?);
@@ -413,7 +486,7 @@ fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
         })
         .max()
         .unwrap_or(if summary.not_run > 0 { 1 } else { 0 });
-    Ok(ExitCode::from(code))
+    Ok(code)
 }
 
 fn gen_data(g: GenCommand) -> anyhow::Result<ExitCode> {

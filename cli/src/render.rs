@@ -262,6 +262,7 @@ impl BackfillProgress {
 #[derive(serde::Serialize)]
 pub struct BackfillSummary {
     pub event: &'static str,
+    pub job: String,
     pub dates: usize,
     pub succeeded: usize,
     pub failed: usize,
@@ -293,6 +294,7 @@ impl BackfillSummary {
         let failed = outcomes.len() - reports.len();
         Self {
             event: "summary",
+            job: String::new(),
             dates,
             succeeded: reports.len(),
             failed,

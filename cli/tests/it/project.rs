@@ -89,3 +89,89 @@ fn a_cycle_is_an_error_that_names_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cycle: a -> b -> a"), "{err}");
 }
+
+#[test]
+fn cascade_reruns_exactly_what_an_upstream_change_made_stale() {
+    let lake = Lake::new();
+    // A two-level project: raw -> fct_orders -> daily_sales.
+    let project = lake.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    for f in ["fct_orders.toml", "daily_sales.toml", "daily_sales.sql"] {
+        std::fs::copy(lake.join(&format!("testdata/jobs/{f}")), project.join(f)).unwrap();
+    }
+    let first = lake.idem_ok(&[
+        "backfill",
+        "project",
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-07",
+        "--json",
+    ]);
+    let summaries: Vec<_> = first.iter().filter(|e| e["event"] == "summary").collect();
+    assert_eq!(summaries.len(), 2);
+    assert_eq!(summaries[0]["job"], "fct_orders");
+    assert_eq!(summaries[1]["job"], "daily_sales");
+    let mart = lake.join("lake/analytics/daily_sales");
+    let before = snapshot(&mart);
+
+    // Three raw days change.
+    let spec = idem_testdata::OrdersSpec {
+        seed: 31,
+        ..Default::default()
+    };
+    for day in [1, 3, 5] {
+        idem_testdata::write_orders_day(&lake.join("testdata/lake/raw/orders"), &spec, day)
+            .unwrap();
+    }
+    let events = lake.idem_ok(&[
+        "backfill",
+        "project",
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-07",
+        "--json",
+        "--cascade",
+    ]);
+    let written: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e["event"] == "done")
+        .flat_map(|e| {
+            let job = e["report"]["job"].as_str().unwrap().to_string();
+            e["report"]["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["action"] == "written")
+                .map(move |p| (job.clone(), p["partition"].as_str().unwrap().to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut written = written;
+    written.sort();
+    assert_eq!(
+        written,
+        vec![
+            ("daily_sales".to_string(), "dt=2026-06-02".to_string()),
+            ("daily_sales".to_string(), "dt=2026-06-04".to_string()),
+            ("daily_sales".to_string(), "dt=2026-06-06".to_string()),
+            ("fct_orders".to_string(), "dt=2026-06-02".to_string()),
+            ("fct_orders".to_string(), "dt=2026-06-04".to_string()),
+            ("fct_orders".to_string(), "dt=2026-06-06".to_string()),
+        ]
+    );
+    // The mart ran only the three stale dates; its other partitions were not touched.
+    let mart_starts = events.iter().filter(|e| e["event"] == "start").count();
+    assert_eq!(mart_starts, 7 + 3);
+    let after = snapshot(&mart);
+    for (k, v) in &before {
+        if !["dt=2026-06-02", "dt=2026-06-04", "dt=2026-06-06"]
+            .iter()
+            .any(|d| k.starts_with(d))
+        {
+            assert_eq!(Some(v), after.get(k), "{k} was touched");
+        }
+    }
+    assert!(json_lines(&lake.idem(&["stale", "project", "--json"])).is_empty());
+}
