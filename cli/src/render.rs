@@ -130,18 +130,19 @@ pub fn status(s: &TableStatus) {
     );
     let width = column_width(s.partitions.iter().map(|p| p.partition.as_str()));
     println!(
-        "  {:<width$}  {:<8}  {:>12}  {:>10}  {:<32}  {:<10}  run",
-        "partition", "state", "rows", "bytes", "digest", "date"
+        "  {:<width$}  {:<8}  {:>12}  {:>10}  {:<32}  {:<10}  {:<8}  run",
+        "partition", "state", "rows", "bytes", "digest", "date", "inputs"
     );
     for p in &s.partitions {
         println!(
-            "  {:<width$}  {:<8}  {:>12}  {:>10}  {:<32}  {:<10}  {}",
+            "  {:<width$}  {:<8}  {:>12}  {:>10}  {:<32}  {:<10}  {:<8}  {}",
             p.partition,
             p.state,
             p.rows.map(thousands).unwrap_or_else(|| "?".into()),
             bytes(p.bytes),
             p.digest.as_deref().unwrap_or("-"),
             p.logical_date.as_deref().unwrap_or("-"),
+            p.input_state.unwrap_or("-"),
             p.run_id.as_deref().unwrap_or("-"),
         );
     }

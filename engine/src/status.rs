@@ -25,6 +25,13 @@ pub struct PartitionStatus {
     pub run_id: Option<String>,
     pub idem_version: Option<String>,
     pub inputs: Option<usize>,
+    /// Freshness: `current` when every recorded input is still as it was read,
+    /// `changed` when one is gone, changed or has a new file beside it (the partition
+    /// is stale), `none` when the partition read no input.
+    pub input_state: Option<&'static str>,
+    /// The first input found changed, when `input_state` is `changed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changed_input: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -64,20 +71,32 @@ pub fn status(root: &Path) -> Result<TableStatus> {
             .sum();
         let state = read_partition(&dir).map_err(|e| table_err(e.to_string()))?;
         let s = match state {
-            LiveState::Managed(m) => PartitionStatus {
-                partition: p.to_string(),
-                state: "managed",
-                rows: Some(m.rows),
-                files: files.len(),
-                bytes,
-                digest: Some(m.digest),
-                job: Some(m.run.job),
-                job_fingerprint: Some(m.run.job_fingerprint),
-                logical_date: Some(m.run.logical_date),
-                run_id: Some(m.run.run_id),
-                idem_version: Some(m.run.idem_version),
-                inputs: Some(m.run.inputs.len()),
-            },
+            LiveState::Managed(m) => {
+                let changed = crate::freshness::first_changed(&m.run.inputs);
+                let input_state = if m.run.inputs.is_empty() {
+                    "none"
+                } else if changed.is_some() {
+                    "changed"
+                } else {
+                    "current"
+                };
+                PartitionStatus {
+                    partition: p.to_string(),
+                    state: "managed",
+                    rows: Some(m.rows),
+                    files: files.len(),
+                    bytes,
+                    digest: Some(m.digest),
+                    job: Some(m.run.job),
+                    job_fingerprint: Some(m.run.job_fingerprint),
+                    logical_date: Some(m.run.logical_date),
+                    run_id: Some(m.run.run_id),
+                    idem_version: Some(m.run.idem_version),
+                    inputs: Some(m.run.inputs.len()),
+                    input_state: Some(input_state),
+                    changed_input: changed,
+                }
+            }
             LiveState::Foreign { .. } => PartitionStatus {
                 partition: p.to_string(),
                 state: "foreign",
@@ -91,6 +110,8 @@ pub fn status(root: &Path) -> Result<TableStatus> {
                 run_id: None,
                 idem_version: None,
                 inputs: None,
+                input_state: None,
+                changed_input: None,
             },
         };
         partitions.push(s);

@@ -292,3 +292,95 @@ partition_by = ["dt"]
     let digests = status_digests(&lake, "out/late");
     assert_eq!(digests.len(), 7);
 }
+
+#[test]
+fn a_late_row_lands_in_the_previous_days_partition_with_lookback_1() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "by_event_day",
+        r#"
+name = "by_event_day"
+lookback = 1
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = """
+select order_id, amount_usd, cast(created_at as date) as dt
+from orders
+where created_date >= cast($run_start as date) and created_date < cast($run_end as date)
+"""
+[target]
+path = "out/by_event_day"
+partition_by = ["dt"]
+"#,
+    );
+    lake.idem_ok(&[
+        "backfill",
+        &job,
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-04",
+    ]);
+    // 2026-06-05's load brings a row for 2026-06-04 (it arrived late).
+    let dir = lake.join("testdata/lake/raw/orders/created_date=2026-06-05");
+    let batch = {
+        use arrow::array::*;
+        use std::sync::Arc;
+        let schema = idem_testdata::orders_schema();
+        arrow::record_batch::RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(vec![999_999])),
+                Arc::new(Int64Array::from(vec![1])),
+                Arc::new(Int32Array::from(vec![1])),
+                Arc::new(
+                    Decimal128Array::from(vec![1234])
+                        .with_precision_and_scale(12, 2)
+                        .unwrap(),
+                ),
+                Arc::new(StringArray::from(vec!["paid"])),
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![1_780_574_400_000_000]) // 2026-06-04T12:00Z
+                        .with_timezone("UTC"),
+                ),
+            ],
+        )
+        .unwrap()
+    };
+    let file = std::fs::File::create(dir.join("late.parquet")).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+
+    let report = lake.idem_ok(&["run", &job, "--date", "2026-06-05", "--json"]);
+    let acts = actions(&report);
+    assert!(
+        acts.contains(&("dt=2026-06-04".to_string(), "written".to_string())),
+        "{acts:?}"
+    );
+    assert!(
+        acts.contains(&("dt=2026-06-05".to_string(), "written".to_string())),
+        "{acts:?}"
+    );
+    let rows = readers(&["table", lake.join("out/by_event_day").to_str().unwrap()]);
+    let late: Vec<_> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["order_id"] == "999999")
+        .collect();
+    assert_eq!(late.len(), 1);
+    assert_eq!(late[0]["dt"], "2026-06-04");
+    let expected = readers(&[
+        "duckdb",
+        &format!(
+            "select order_id, amount_usd, created_at::date as dt \
+             from read_parquet('{}/testdata/lake/raw/orders/*/*.parquet', hive_partitioning=true) \
+             where created_date <= '2026-06-05'",
+            lake.path().display()
+        ),
+    ]);
+    assert_eq!(rows, expected);
+}

@@ -57,6 +57,17 @@ fn plan_orders_jobs_and_stale_finds_exactly_the_changed_partitions() {
     assert_eq!(stale[0]["job"], "daily_sales");
     assert_eq!(stale[0]["partition"], "dt=2026-06-02");
     assert_eq!(stale[0]["upstream"], "fct_orders");
+    // `idem status` shows the same freshness per partition.
+    let status = lake.idem(&["status", "lake/analytics/daily_sales", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    for p in status["partitions"].as_array().unwrap() {
+        let want = if p["partition"] == "dt=2026-06-02" {
+            "changed"
+        } else {
+            "current"
+        };
+        assert_eq!(p["input_state"], want, "{p}");
+    }
     // Re-running the mart for that date clears it.
     lake.idem_ok(&[
         "run",
@@ -174,4 +185,16 @@ fn cascade_reruns_exactly_what_an_upstream_change_made_stale() {
         }
     }
     assert!(json_lines(&lake.idem(&["stale", "project", "--json"])).is_empty());
+    // The mart equals what DuckDB computes from scratch over the raw orders.
+    let expected = readers(&[
+        "duckdb",
+        &format!(
+            "select created_at::date as dt, store_id, sum(amount_usd) as amount_usd_sum, \
+             count(*) as order_count, count(distinct customer_id) as customers \
+             from read_parquet('{}/testdata/lake/raw/orders/*/*.parquet', hive_partitioning=true) \
+             where status <> 'cancelled' group by 1, 2",
+            lake.path().display()
+        ),
+    ]);
+    assert_eq!(readers(&["table", mart.to_str().unwrap()]), expected);
 }
