@@ -3,8 +3,9 @@
 //!
 //! A date is fresh when every live partition its window owns was written by this job
 //! (same job fingerprint), this idem version and the same `--var` values, from inputs
-//! that are all still there with the same size and modification time, with no new file
-//! beside them. A window that owns no live partition, or whose partitions read no
+//! that are unchanged: for files of an idem table, the partition they belong to still
+//! has the digest it had when read; for other files, they are all still there with the
+//! same size and modification time, with no new file beside them. A window that owns no live partition, or whose partitions read no
 //! input, is never fresh: the run is cheap there and decides for itself.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -78,8 +79,14 @@ fn inputs_unchanged(inputs: &[InputFile]) -> bool {
 /// file beside them; `None` when everything is as recorded.
 pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
     let mut by_dir: BTreeMap<&Path, BTreeSet<&str>> = BTreeMap::new();
+    let mut idem_dirs: BTreeMap<&Path, &str> = BTreeMap::new();
     for f in inputs {
         let path = Path::new(&f.path);
+        // A file of an idem partition: compare the partition's live digest.
+        if let (Some(digest), Some(dir)) = (&f.idem_digest, path.parent()) {
+            idem_dirs.insert(dir, digest);
+            continue;
+        }
         let Ok(meta) = std::fs::metadata(path) else {
             return Some(f.path.clone());
         };
@@ -93,6 +100,12 @@ pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
         if let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
         {
             by_dir.entry(dir).or_default().insert(name);
+        }
+    }
+    for (dir, digest) in idem_dirs {
+        match idem_io::manifest::read_partition(dir) {
+            Ok(LiveState::Managed(m)) if m.digest == digest => {}
+            _ => return Some(dir.display().to_string()),
         }
     }
     for (dir, names) in by_dir {

@@ -239,6 +239,7 @@ pub async fn all_source_files(ctx: &SessionContext, job: &Job) -> Vec<InputFile>
                 size: f.size,
                 mtime: None,
                 etag: None,
+                idem_digest: None,
             });
         }
     }
@@ -270,13 +271,17 @@ fn collect_inputs(plan: &Arc<dyn ExecutionPlan>, job: &Job, out: &mut Vec<InputF
                     .map(|s| s.name.clone())
                     .next()
                     .unwrap_or_default();
-                out.push(InputFile {
-                    source,
-                    path,
-                    size: f.object_meta.size,
-                    mtime: Some(f.object_meta.last_modified.to_rfc3339()),
-                    etag: f.object_meta.e_tag.clone(),
-                });
+                out.push(
+                    InputFile {
+                        source,
+                        path,
+                        size: f.object_meta.size,
+                        mtime: Some(f.object_meta.last_modified.to_rfc3339()),
+                        etag: f.object_meta.e_tag.clone(),
+                        idem_digest: None,
+                    }
+                    .with_idem_digest(),
+                );
             }
         }
     }

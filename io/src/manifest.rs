@@ -75,6 +75,24 @@ pub struct InputFile {
     pub mtime: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
+    /// When the file belongs to a partition of an idem table: that partition's digest
+    /// at the time it was read (its table and partition are the file's directories).
+    /// Staleness then compares digests, not file times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idem_digest: Option<String>,
+}
+
+impl InputFile {
+    /// Records the digest of the idem partition the file belongs to, if it does (its
+    /// footer carries the partition's manifest).
+    pub fn with_idem_digest(mut self) -> Self {
+        if self.path.ends_with(".parquet")
+            && let Ok(Some(m)) = read_from_file(Path::new(&self.path))
+        {
+            self.idem_digest = Some(m.digest);
+        }
+        self
+    }
 }
 
 /// The name a type is recorded under: view and large string/binary types as their

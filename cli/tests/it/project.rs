@@ -37,6 +37,18 @@ fn plan_orders_jobs_and_stale_finds_exactly_the_changed_partitions() {
     }
     let stale = lake.idem(&["stale", "testdata/jobs", "--json"]);
     assert!(json_lines(&stale).is_empty());
+    // The mart's manifest records what it read from fct_orders by partition digest.
+    let manifest = idem_io::manifest::read_from_file(
+        &lake.join("lake/analytics/daily_sales/dt=2026-06-01/part-00000.parquet"),
+    )
+    .unwrap()
+    .unwrap();
+    let upstream = status_digests(&lake, "lake/analytics/fct_orders");
+    assert_eq!(manifest.run.inputs.len(), 1);
+    assert_eq!(
+        manifest.run.inputs[0].idem_digest.as_deref(),
+        Some(upstream["dt=2026-06-01"].as_str())
+    );
     // The raw source of one day changes and fct_orders is re-run: that one mart
     // partition is now stale, the others are not.
     let spec = idem_testdata::OrdersSpec {
