@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::job::Job;
+use crate::sql::{first_value, ident, pretty};
 
 /// The `[checks]` table of a job file.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -91,10 +92,6 @@ fn failed(job: &Job, check: String, partition: String, details: String) -> Error
     }
 }
 
-fn quote(c: &str) -> String {
-    format!("\"{}\"", c.replace('"', "\"\""))
-}
-
 fn sql_literal(v: &toml::Value) -> String {
     match v {
         toml::Value::String(s) => format!("'{}'", s.replace('\'', "''")),
@@ -118,13 +115,6 @@ async fn rows(ctx: &SessionContext, job: &Job, sql: &str) -> Result<Vec<RecordBa
 
 fn count(batches: &[RecordBatch]) -> usize {
     batches.iter().map(|b| b.num_rows()).sum()
-}
-
-fn show(batches: &[RecordBatch]) -> String {
-    let options = arrow::util::display::FormatOptions::default().with_null("NULL");
-    arrow::util::pretty::pretty_format_batches_with_options(batches, &options)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
 }
 
 /// Registers the staged partitions as the table `output`.
@@ -208,7 +198,7 @@ pub async fn run(
     let ctx = SessionContext::new();
     ctx.register_udf(crate::key::IdemKey::udf());
     register_output(&ctx, job, output, staged).await?;
-    let partition_cols: Vec<String> = job.target.partition_by.iter().map(|c| quote(c)).collect();
+    let partition_cols: Vec<String> = job.target.partition_by.iter().map(|c| ident(c)).collect();
     let partition_of = |batches: &[RecordBatch]| -> String {
         let Some(b) = batches.iter().find(|b| b.num_rows() > 0) else {
             return "(none)".into();
@@ -233,13 +223,13 @@ pub async fn run(
     };
 
     for c in &checks.not_null {
-        let sql = format!("select * from output where {} is null limit 5", quote(c));
+        let sql = format!("select * from output where {} is null limit 5", ident(c));
         let found = rows(&ctx, job, &sql).await?;
         if count(&found) > 0 {
             let n = rows(
                 &ctx,
                 job,
-                &format!("select count(*) from output where {} is null", quote(c)),
+                &format!("select count(*) from output where {} is null", ident(c)),
             )
             .await?;
             return Err(failed(
@@ -248,14 +238,14 @@ pub async fn run(
                 partition_of(&found),
                 format!(
                     "{} rows have NULL in `{c}`; for example:\n{}",
-                    show_scalar(&n),
-                    show(&found)
+                    first_value(&n),
+                    pretty(&found)
                 ),
             ));
         }
     }
     for key in checks.unique_keys() {
-        let cols: Vec<String> = key.iter().map(|c| quote(c)).collect();
+        let cols: Vec<String> = key.iter().map(|c| ident(c)).collect();
         let sql = format!(
             "select {}, count(*) as copies from output group by {} having count(*) > 1 order by copies desc limit 5",
             cols.join(", "),
@@ -277,7 +267,7 @@ pub async fn run(
                 partition_of(&example),
                 format!(
                     "duplicate keys (with their number of copies):\n{}",
-                    show(&found)
+                    pretty(&found)
                 ),
             ));
         }
@@ -286,7 +276,7 @@ pub async fn run(
         let list: Vec<String> = values.iter().map(sql_literal).collect();
         let sql = format!(
             "select * from output where {} not in ({}) limit 5",
-            quote(c),
+            ident(c),
             list.join(", ")
         );
         let found = rows(&ctx, job, &sql).await?;
@@ -298,7 +288,7 @@ pub async fn run(
                 format!(
                     "rows with a value outside [{}]; for example:\n{}",
                     list.join(", "),
-                    show(&found)
+                    pretty(&found)
                 ),
             ));
         }
@@ -319,18 +309,10 @@ pub async fn run(
                 "(output)".into(),
                 format!(
                     "it returned (expected one row holding true):\n{}",
-                    show(&result)
+                    pretty(&result)
                 ),
             ));
         }
     }
     Ok(())
-}
-
-fn show_scalar(batches: &[RecordBatch]) -> String {
-    batches
-        .first()
-        .filter(|b| b.num_rows() > 0)
-        .and_then(|b| arrow::util::display::array_value_to_string(b.column(0), 0).ok())
-        .unwrap_or_else(|| "?".into())
 }

@@ -52,11 +52,7 @@ impl ScalarUDFImpl for IdemKey {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
-        let arrays: Vec<ArrayRef> = args
-            .args
-            .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<Result<_>>()?;
+        let arrays = arrays_of(&args)?;
         let cols: Vec<&dyn Array> = arrays.iter().map(|a| a.as_ref()).collect();
         let mut out = StringBuilder::with_capacity(rows, rows * 32);
         let mut buf = Vec::with_capacity(64);
@@ -102,11 +98,7 @@ impl ScalarUDFImpl for DedupeUnique {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         use arrow::array::AsArray;
         let rows = args.number_rows;
-        let arrays: Vec<ArrayRef> = args
-            .args
-            .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<Result<_>>()?;
+        let arrays = arrays_of(&args)?;
         let ok = arrays[0].as_boolean();
         for r in 0..rows {
             if ok.is_valid(r) && !ok.value(r) {
@@ -125,4 +117,12 @@ impl ScalarUDFImpl for DedupeUnique {
         }
         Ok(ColumnarValue::Array(Arc::clone(&arrays[0])))
     }
+}
+
+/// The arguments of a call as arrays of the batch's length (scalars expanded).
+fn arrays_of(args: &ScalarFunctionArgs) -> Result<Vec<ArrayRef>> {
+    args.args
+        .iter()
+        .map(|a| a.to_array(args.number_rows))
+        .collect()
 }

@@ -17,6 +17,7 @@ pub mod project;
 pub mod route;
 pub mod run;
 pub mod session;
+mod sql;
 pub mod status;
 pub mod verify;
 pub mod window;

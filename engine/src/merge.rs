@@ -18,7 +18,6 @@
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use arrow::record_batch::RecordBatch;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
@@ -32,6 +31,7 @@ use idem_io::hive::PartitionPath;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::route::Router;
+use crate::sql::{first_value, ident, pretty};
 
 pub struct MergePlan {
     /// The new content of every affected partition.
@@ -42,17 +42,6 @@ pub struct MergePlan {
     pub lock: std::fs::File,
     /// The source files the changes were computed from.
     pub inputs: Vec<idem_io::manifest::InputFile>,
-}
-
-fn quote(c: &str) -> String {
-    format!("\"{}\"", c.replace('"', "\"\""))
-}
-
-fn show(batches: &[RecordBatch]) -> String {
-    let options = arrow::util::display::FormatOptions::default().with_null("NULL");
-    arrow::util::pretty::pretty_format_batches_with_options(batches, &options)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
 }
 
 pub async fn prepare(
@@ -83,7 +72,7 @@ pub async fn prepare(
     ctx.register_table("__idem_changes", Arc::new(changes))
         .map_err(exec)?;
 
-    let key: Vec<String> = job.target.key.iter().map(|k| quote(k)).collect();
+    let key: Vec<String> = job.target.key.iter().map(|k| ident(k)).collect();
     let key_list = key.join(", ");
     let any_null = key
         .iter()
@@ -108,7 +97,7 @@ pub async fn prepare(
             message: format!(
                 "has rows with NULL in the merge key ({}); a NULL key matches nothing. For example:\n{}",
                 job.target.key.join(", "),
-                show(&nulls)
+                pretty(&nulls)
             ),
         });
     }
@@ -122,10 +111,7 @@ pub async fn prepare(
             "select count(*) from (select {key_list} from __idem_changes group by {key_list} having count(*) > 1)"
         ))
         .await?;
-        let n = total
-            .first()
-            .and_then(|b| arrow::util::display::array_value_to_string(b.column(0), 0).ok())
-            .unwrap_or_default();
+        let n = first_value(&total);
         return Err(Error::Output {
             path: job.path.clone(),
             message: format!(
@@ -133,39 +119,29 @@ pub async fn prepare(
                  Deduplicate in the SQL, or give the source `dedupe = {{ key = [...], latest_by = \"...\" }}`. \
                  The most repeated:\n{}",
                 job.target.key.join(", "),
-                show(&dups)
+                pretty(&dups)
             ),
         });
     }
 
     let partition_by = &job.target.partition_by;
-    let columns: Vec<String> = output.fields().iter().map(|f| quote(f.name())).collect();
+    let columns: Vec<String> = output.fields().iter().map(|f| ident(f.name())).collect();
     let t_columns: Vec<String> = columns.iter().map(|c| format!("t.{c}")).collect();
-    let has_target = !idem_io::manifest::list_parquet_files(table.root())
-        .map(|f| f.is_empty())
-        .unwrap_or(true)
-        || std::fs::read_dir(table.root())
-            .map(|rd| {
-                rd.flatten()
-                    .any(|e| e.file_name().to_string_lossy().contains('='))
-            })
-            .unwrap_or(false);
+    // The table root holds nothing but partition directories and Parquet files: the
+    // table exists once it holds anything.
+    let has_target = std::fs::read_dir(table.root())
+        .map(|mut rd| rd.next().is_some())
+        .unwrap_or(false);
+    let router = Router::new(output, partition_by);
     let key_match = job
         .target
         .key
         .iter()
-        .map(|k| format!("t.{0} = c.{0}", quote(k)))
+        .map(|k| format!("t.{0} = c.{0}", ident(k)))
         .collect::<Vec<_>>()
         .join(" and ");
 
     if has_target {
-        let data_cols: Vec<_> = output
-            .fields()
-            .iter()
-            .filter(|f| !partition_by.contains(f.name()))
-            .map(|f| f.as_ref().clone())
-            .collect();
-        let file_schema = Arc::new(arrow::datatypes::Schema::new(data_cols));
         let partition_cols = partition_by
             .iter()
             .map(|c| {
@@ -183,7 +159,7 @@ pub async fn prepare(
             .with_table_partition_cols(partition_cols);
         let config = ListingTableConfig::new(url)
             .with_listing_options(options)
-            .with_schema(file_schema);
+            .with_schema(Arc::clone(router.data_schema()));
         let target = ListingTable::try_new(config).map_err(exec)?;
         ctx.register_table("__idem_target", Arc::new(target))
             .map_err(exec)?;
@@ -193,7 +169,6 @@ pub async fn prepare(
             .map_err(exec)?;
     }
 
-    let router = Router::new(output, partition_by);
     let mut affected: Vec<PartitionPath> = vec![PartitionPath::root()];
 
     // The new content: the affected partitions' rows whose key the changes do not carry,
@@ -208,8 +183,8 @@ pub async fn prepare(
             let aff_batches = sql(format!(
             "select distinct {} from __idem_changes union select distinct {} from __idem_target t \
              left semi join __idem_changes c on {key_match}",
-            partition_by.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", "),
-            partition_by.iter().map(|c| format!("t.{}", quote(c))).collect::<Vec<_>>().join(", "),
+            partition_by.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", "),
+            partition_by.iter().map(|c| format!("t.{}", ident(c))).collect::<Vec<_>>().join(", "),
         ))
         .await?;
             let schema = aff_batches.first().map(|b| b.schema()).unwrap_or_else(|| {
@@ -235,7 +210,7 @@ pub async fn prepare(
                 .map_err(exec)?;
             let on = partition_by
                 .iter()
-                .map(|c| format!("t.{0} is not distinct from a.{0}", quote(c)))
+                .map(|c| format!("t.{0} is not distinct from a.{0}", ident(c)))
                 .collect::<Vec<_>>()
                 .join(" and ");
             format!(

@@ -460,15 +460,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         let m = match crate::merge::prepare(&job, &ctx, df, &output, &table, scope.as_deref()).await
         {
             Ok(m) => m,
-            Err(e @ Error::Execution { .. }) => {
-                let e = dedupe_tie(&job, e);
-                if !matches!(e, Error::Execution { .. }) {
-                    return Err(e);
-                }
-                let files = crate::session::all_source_files(&ctx, &job).await;
-                return Err(crate::session::diagnose_inputs(&job, &files).unwrap_or(e));
-            }
-            Err(e) => return Err(e),
+            Err(e) => return Err(explain(&job, &ctx, e).await),
         };
         merge_inputs = Some(m.inputs);
         let mut affected = m.affected;
@@ -485,10 +477,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     };
     let plan = match df.create_physical_plan().await {
         Ok(plan) => plan,
-        Err(e) => {
-            let files = crate::session::all_source_files(&ctx, &job).await;
-            return Err(crate::session::diagnose_inputs(&job, &files).unwrap_or(exec_err(e)));
-        }
+        Err(e) => return Err(explain(&job, &ctx, exec_err(e)).await),
     };
     let root = table.root().to_string_lossy().into_owned();
     let inputs: Vec<InputFile> = merge_inputs
@@ -770,8 +759,10 @@ fn finalize(
             let Some(Some(value)) = p.value(tc) else {
                 continue;
             };
-            if let Some(iv) = interval_of(value)
-                && iv.0 <= window.start
+            let Some(iv) = interval_of(value) else {
+                continue;
+            };
+            if iv.0 <= window.start
                 && iv.1 >= window.end
                 && (iv.0 < window.start || iv.1 > window.end)
             {
@@ -786,7 +777,7 @@ fn finalize(
                     ),
                 });
             }
-            if iv_outside(value, window) {
+            if !window.contains(iv) {
                 warnings.push(format!(
                     "the output has rows for {p}, outside the run's window {}; that partition was replaced by them",
                     window.label()
@@ -931,13 +922,6 @@ fn publish_all(
     Ok((reports, warnings))
 }
 
-fn iv_outside(value: &str, window: &Window) -> bool {
-    match interval_of(value) {
-        Some(iv) => !window.contains(iv),
-        None => false,
-    }
-}
-
 fn staged_bytes(part: &WrittenPartition) -> u64 {
     part.manifest
         .files
@@ -1058,6 +1042,18 @@ fn check_schema_change(job: &Job, output: &SchemaRef) -> Result<()> {
     })
 }
 
+/// Turns an execution error from before the plan's file list is known into what the
+/// user must fix, where it is one: a dedupe tie, or a source file that cannot be read
+/// (DataFusion reads footers while planning, and its errors do not name the file).
+async fn explain(job: &Job, ctx: &SessionContext, e: Error) -> Error {
+    let e = dedupe_tie(job, e);
+    if !matches!(e, Error::Execution { .. }) {
+        return e;
+    }
+    let files = crate::session::all_source_files(ctx, job).await;
+    crate::session::diagnose_inputs(job, &files).unwrap_or(e)
+}
+
 /// A dedupe tie surfaces from DataFusion as an execution error; it is bad input.
 fn dedupe_tie(job: &Job, e: Error) -> Error {
     match &e {
@@ -1092,7 +1088,7 @@ fn delete_scope(job: &Job, window: &Window, time: Option<&TimeColumn>) -> Result
     let Some(tc) = time else {
         return Err(err());
     };
-    let col = format!("t.\"{}\"", tc.name.replace('"', "\"\""));
+    let col = format!("t.{}", crate::sql::ident(&tc.name));
     match tc.kind {
         TimeColumnKind::Date => Ok(format!(
             "({col} >= cast('{}' as date) and {col} < cast('{}' as date))",

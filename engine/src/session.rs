@@ -133,7 +133,7 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
     let raw = format!("__idem_raw_{}", s.name);
     ctx.register_table(raw.as_str(), Arc::new(table))
         .map_err(|e| err(e.to_string()))?;
-    let q = |c: &str| format!("\"{}\"", c.replace('"', "\"\""));
+    let q = crate::sql::ident;
     let key = dedupe
         .key
         .iter()

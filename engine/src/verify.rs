@@ -155,12 +155,7 @@ async fn differing_rows(job: &Job, dirs: &[PathBuf]) -> Result<Vec<String>> {
             .collect()
             .await
             .map_err(exec)?;
-        let options = arrow::util::display::FormatOptions::default().with_null("NULL");
-        out.push(
-            arrow::util::pretty::pretty_format_batches_with_options(&batches, &options)
-                .map(|t| t.to_string())
-                .unwrap_or_default(),
-        );
+        out.push(crate::sql::pretty(&batches));
     }
     Ok(out)
 }
