@@ -54,7 +54,7 @@ pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<Parti
         let same_run = m.run.job_fingerprint == job.fingerprint
             && m.run.idem_version == env!("CARGO_PKG_VERSION")
             && m.run.vars == vars;
-        if !same_run || m.run.inputs.is_empty() || !inputs_unchanged(&m.run.inputs) {
+        if !same_run || m.run.inputs.is_empty() || first_changed(&m.run.inputs).is_some() {
             return Ok(None);
         }
         out.push(PartitionReport {
@@ -69,10 +69,6 @@ pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<Parti
         });
     }
     Ok(if out.is_empty() { None } else { Some(out) })
-}
-
-fn inputs_unchanged(inputs: &[InputFile]) -> bool {
-    first_changed(inputs).is_none()
 }
 
 /// The first recorded input that is gone or changed (size, mtime), or the first new

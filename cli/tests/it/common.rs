@@ -10,6 +10,18 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+/// Every failpoint of the write and publish path, in order (io/src/failpoint.rs).
+pub const FAILPOINTS: [&str; 8] = [
+    "after_first_batch",
+    "after_row_group",
+    "after_footers",
+    "after_stage",
+    "before_publish",
+    "before_swap",
+    "after_swap",
+    "after_publish_one",
+];
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -117,16 +117,7 @@ fn assert_clean(lake: &Lake, expected: &BTreeMap<String, String>, context: &str)
 #[test]
 fn abort_at_every_failpoint_then_rerun() {
     let (a, b) = reference();
-    for point in [
-        "after_first_batch",
-        "after_row_group",
-        "after_footers",
-        "after_stage",
-        "before_publish",
-        "before_swap",
-        "after_swap",
-        "after_publish_one",
-    ] {
+    for point in FAILPOINTS {
         let lake = Lake::new();
         let sources = Sources::new(&lake);
         let job = lake.job("crashy", JOB);

@@ -379,16 +379,7 @@ partition_by = ["dt"]
 
 #[test]
 fn a_merge_killed_at_any_failpoint_then_rerun_gives_the_clean_result() {
-    for point in [
-        "after_first_batch",
-        "after_row_group",
-        "after_footers",
-        "after_stage",
-        "before_publish",
-        "before_swap",
-        "after_swap",
-        "after_publish_one",
-    ] {
+    for point in FAILPOINTS {
         let lake = Lake::new();
         let job = lake.job("dim", &job("\"country\""));
         let base = base(&lake);
