@@ -118,6 +118,15 @@ pub fn report(r: &RunReport) {
         thousands(r.rows),
         r.elapsed_ms as f64 / 1000.0
     );
+    if let Some(m) = &r.merge {
+        println!(
+            "merge: {} changes; read {} of the table's {} files, kept {} unchanged",
+            thousands(m.changes),
+            m.files_read,
+            m.table_files,
+            m.files_kept
+        );
+    }
 }
 
 pub fn status(s: &TableStatus) {

@@ -12,21 +12,35 @@
 //! inside `[run_start, run_end)`, or the whole of an unpartitioned table) is synced:
 //! rows there whose key the output lacks are deleted.
 //!
+//! Pruning: a file of the table is read only if the Parquet min/max statistics of its
+//! key columns admit a key of the changes. In an affected partition, the other files
+//! hold no changed key and are kept as they are (hard-linked into the new partition,
+//! their bytes untouched); the partition's new manifest lists them with their digest
+//! sums, so its digest is computed without reading them.
+//!
 //! The output (the changes) is held in memory while the table streams through; NULL
 //! and duplicate keys in it are errors, never silently dropped rows.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::common::{Column, ScalarValue};
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{
-    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
-};
 use datafusion::execution::context::SessionContext;
+use datafusion::execution::options::ParquetReadOptions;
+use datafusion::logical_expr::{Expr, lit};
+use idem_io::commit::CommitBackend;
 use idem_io::commit::local::LocalTable;
 use idem_io::hive::PartitionPath;
+use idem_io::manifest::{LiveState, Manifest};
+use idem_io::writer::KeptFile;
+use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
+use parquet::file::metadata::ParquetMetaDataReader;
 
 use crate::error::{Error, Result};
 use crate::job::Job;
@@ -34,16 +48,36 @@ use crate::route::Router;
 use crate::sql::{first_value, ident, pretty};
 
 pub struct MergePlan {
-    /// The new content of every affected partition.
+    /// The new content of every affected partition, less the files it keeps.
     pub df: DataFrame,
     /// Every partition the merge rewrites (one that ends with no rows is emptied).
     pub affected: Vec<PartitionPath>,
+    /// Per affected partition: the live files carried over unchanged, and the
+    /// generation of the new manifest.
+    pub kept: BTreeMap<PartitionPath, (Vec<KeptFile>, u64)>,
+    pub stats: MergeStats,
     /// Held until the merge is published.
     pub lock: std::fs::File,
     /// The source files the changes were computed from.
     pub inputs: Vec<idem_io::manifest::InputFile>,
 }
 
+/// What the merge read and what it left alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MergeStats {
+    /// Rows of the output (the changes).
+    pub changes: u64,
+    /// Data files of the live table.
+    pub table_files: usize,
+    /// Files whose key statistics admit a changed key: the only ones read.
+    pub files_read: usize,
+    /// Files of affected partitions carried over without being read or rewritten.
+    pub files_kept: usize,
+}
+
+/// `owned` are the partitions whose rows `delete_missing` syncs (empty without it):
+/// they are rewritten whole.
+#[allow(clippy::too_many_arguments)]
 pub async fn prepare(
     job: &Job,
     ctx: &SessionContext,
@@ -51,6 +85,7 @@ pub async fn prepare(
     output: &SchemaRef,
     table: &LocalTable,
     scope: Option<&str>,
+    owned: &[PartitionPath],
 ) -> Result<MergePlan> {
     let exec = |e: datafusion::error::DataFusionError| Error::Execution {
         path: job.path.clone(),
@@ -68,6 +103,7 @@ pub async fn prepare(
     let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx())
         .await
         .map_err(exec)?;
+    let probe = KeyProbe::new(&batches, output, &job.target.key).map_err(|e| exec(e.into()))?;
     let changes = MemTable::try_new(Arc::clone(output), vec![batches]).map_err(exec)?;
     ctx.register_table("__idem_changes", Arc::new(changes))
         .map_err(exec)?;
@@ -125,14 +161,13 @@ pub async fn prepare(
     }
 
     let partition_by = &job.target.partition_by;
-    let columns: Vec<String> = output.fields().iter().map(|f| ident(f.name())).collect();
-    let t_columns: Vec<String> = columns.iter().map(|c| format!("t.{c}")).collect();
-    // The table root holds nothing but partition directories and Parquet files: the
-    // table exists once it holds anything.
-    let has_target = std::fs::read_dir(table.root())
-        .map(|mut rd| rd.next().is_some())
-        .unwrap_or(false);
     let router = Router::new(output, partition_by);
+    let files = live_files(table, partition_by.len(), &probe).map_err(storage)?;
+    let mut stats = MergeStats {
+        changes: probe.rows as u64,
+        table_files: files.iter().map(|p| p.files.len()).sum(),
+        ..Default::default()
+    };
     let key_match = job
         .target
         .key
@@ -141,98 +176,346 @@ pub async fn prepare(
         .collect::<Vec<_>>()
         .join(" and ");
 
-    if has_target {
-        let partition_cols = partition_by
-            .iter()
-            .map(|c| {
-                let dt = output
-                    .field_with_name(c)
-                    .expect("validated")
-                    .data_type()
-                    .clone();
-                (c.clone(), dt)
-            })
-            .collect();
-        let url = ListingTableUrl::parse(format!("{}/", table.root().display())).map_err(exec)?;
-        let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
-            .with_file_extension(".parquet")
-            .with_table_partition_cols(partition_cols);
-        let config = ListingTableConfig::new(url)
-            .with_listing_options(options)
-            .with_schema(Arc::clone(router.data_schema()));
-        let target = ListingTable::try_new(config).map_err(exec)?;
-        ctx.register_table("__idem_target", Arc::new(target))
-            .map_err(exec)?;
+    // The affected partitions: those the changes go to, and those where a file that may
+    // hold a changed key does hold one (the key moves partition, or its row is updated).
+    let mut affected: Vec<PartitionPath> = owned.to_vec();
+    if partition_by.is_empty() {
+        affected.push(PartitionPath::root());
     } else {
-        ctx.sql("create view __idem_target as select * from __idem_changes where false")
-            .await
-            .map_err(exec)?;
-    }
-
-    let mut affected: Vec<PartitionPath> = vec![PartitionPath::root()];
-
-    // The new content: the affected partitions' rows whose key the changes do not carry,
-    // plus every row of the changes.
-    let kept =
-        if partition_by.is_empty() {
-            format!(
-                "select {t} from __idem_target t left anti join __idem_changes c on {key_match}",
-                t = t_columns.join(", ")
-            )
-        } else {
-            let aff_batches = sql(format!(
-            "select distinct {} from __idem_changes union select distinct {} from __idem_target t \
-             left semi join __idem_changes c on {key_match}",
-            partition_by.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", "),
-            partition_by.iter().map(|c| format!("t.{}", ident(c))).collect::<Vec<_>>().join(", "),
+        let columns = |prefix: &str| {
+            partition_by
+                .iter()
+                .map(|c| format!("{prefix}{}", ident(c)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut found = sql(format!(
+            "select distinct {} from __idem_changes",
+            columns("")
         ))
         .await?;
-            let schema = aff_batches.first().map(|b| b.schema()).unwrap_or_else(|| {
-                Arc::new(
-                    output
-                        .project(
-                            &partition_by
-                                .iter()
-                                .map(|c| output.index_of(c).expect("validated"))
-                                .collect::<Vec<_>>(),
-                        )
-                        .expect("project"),
-                )
-            });
-            affected.clear();
-            for b in &aff_batches {
-                affected.extend(router.paths_of(b).map_err(|e| exec(e.into()))?);
-            }
-            affected.sort();
-            affected.dedup();
-            let aff = MemTable::try_new(schema, vec![aff_batches]).map_err(exec)?;
-            ctx.register_table("__idem_affected", Arc::new(aff))
+        let candidates: Vec<(PartitionPath, Vec<PathBuf>)> = files
+            .iter()
+            .map(|p| {
+                let may: Vec<PathBuf> = p
+                    .files
+                    .iter()
+                    .filter(|f| f.may_match)
+                    .map(|f| f.path.clone())
+                    .collect();
+                (p.path.clone(), may)
+            })
+            .filter(|(_, may)| !may.is_empty())
+            .collect();
+        if !candidates.is_empty() {
+            let probe = files_frame(ctx, &candidates, output, router.data_schema(), partition_by)
+                .await
                 .map_err(exec)?;
-            let on = partition_by
-                .iter()
-                .map(|c| format!("t.{0} is not distinct from a.{0}", ident(c)))
-                .collect::<Vec<_>>()
-                .join(" and ");
-            format!(
-                "select {t} from __idem_target t left semi join __idem_affected a on {on} \
-             left anti join __idem_changes c on {key_match}",
-                t = t_columns.join(", ")
-            )
-        };
+            ctx.register_table("__idem_probe", probe.into_view())
+                .map_err(exec)?;
+            found.extend(
+                sql(format!(
+                    "select distinct {} from __idem_probe t left semi join __idem_changes c on {key_match}",
+                    columns("t.")
+                ))
+                .await?,
+            );
+        }
+        for b in &found {
+            affected.extend(router.paths_of(b).map_err(|e| exec(e.into()))?);
+        }
+    }
+    affected.sort();
+    affected.dedup();
+
+    // Per affected live partition: the files that may hold a changed key are read and
+    // rewritten without the changed rows; the others are kept. A partition idem did
+    // not write, or one delete_missing syncs, is rewritten whole.
+    let mut read: Vec<(PartitionPath, Vec<PathBuf>)> = Vec::new();
+    let mut kept = BTreeMap::new();
+    for p in &files {
+        if affected.binary_search(&p.path).is_err() {
+            continue;
+        }
+        let keepable = p.manifest.is_some() && !owned.contains(&p.path);
+        let mut keep = Vec::new();
+        let mut rewrite = Vec::new();
+        for f in &p.files {
+            match (&f.entry, keepable && !f.may_match) {
+                (Some(entry), true) if entry.sum.is_some() => {
+                    // A zero-row file (a manifest carrier) holds nothing to keep.
+                    if entry.rows > 0 {
+                        keep.push(KeptFile {
+                            path: f.path.clone(),
+                            entry: entry.clone(),
+                        });
+                    }
+                }
+                _ => rewrite.push(f.path.clone()),
+            }
+        }
+        stats.files_kept += keep.len();
+        stats.files_read += rewrite.len();
+        if !rewrite.is_empty() {
+            read.push((p.path.clone(), rewrite));
+        }
+        if !keep.is_empty() {
+            let generation = p.manifest.as_ref().map_or(0, |m| m.generation) + 1;
+            kept.insert(p.path.clone(), (keep, generation));
+        }
+    }
+    let target = files_frame(ctx, &read, output, router.data_schema(), partition_by)
+        .await
+        .map_err(exec)?;
+    ctx.register_table("__idem_target", target.into_view())
+        .map_err(exec)?;
+
+    // The new content: the rows read whose key the changes do not carry, plus every row
+    // of the changes.
+    let columns: Vec<String> = output.fields().iter().map(|f| ident(f.name())).collect();
+    let t_columns: Vec<String> = columns.iter().map(|c| format!("t.{c}")).collect();
+    let kept_rows = format!(
+        "select {t} from __idem_target t left anti join __idem_changes c on {key_match}",
+        t = t_columns.join(", ")
+    );
     // delete_missing: rows in the run's own scope are replaced by the output outright.
-    let kept = match scope {
-        Some(scope) => format!("select * from ({kept}) t where not coalesce({scope}, false)"),
-        None => kept,
+    let kept_rows = match scope {
+        Some(scope) => format!("select * from ({kept_rows}) t where not coalesce({scope}, false)"),
+        None => kept_rows,
     };
     let merged = format!(
-        "{kept} union all select {} from __idem_changes",
+        "{kept_rows} union all select {} from __idem_changes",
         columns.join(", ")
     );
     let df = ctx.sql(&merged).await.map_err(exec)?;
     Ok(MergePlan {
         df,
         affected,
+        kept,
+        stats,
         lock,
         inputs,
     })
+}
+
+/// A live partition and its data files, each marked by whether it may hold a changed key.
+struct LivePartition {
+    path: PartitionPath,
+    /// `None` when idem did not write the partition (it is then rewritten whole).
+    manifest: Option<Manifest>,
+    files: Vec<LiveFile>,
+}
+
+struct LiveFile {
+    path: PathBuf,
+    entry: Option<idem_io::manifest::FileEntry>,
+    may_match: bool,
+}
+
+fn live_files(
+    table: &LocalTable,
+    depth: usize,
+    probe: &KeyProbe,
+) -> idem_io::Result<Vec<LivePartition>> {
+    let mut out = Vec::new();
+    for path in table.live_partitions(depth)? {
+        let dir = table.partition_dir(&path);
+        let (manifest, names) = match table.live_state(&path)? {
+            None => continue,
+            Some(LiveState::Managed(m)) => {
+                let names = m
+                    .files
+                    .iter()
+                    .map(|f| (dir.join(&f.name), Some(f.clone())))
+                    .collect();
+                (Some(*m), names)
+            }
+            Some(LiveState::Foreign { files }) => (
+                None,
+                files.into_iter().map(|f| (f, None)).collect::<Vec<_>>(),
+            ),
+        };
+        let files = names
+            .into_iter()
+            .map(|(path, entry)| {
+                let may_match = probe.may_match(&path)?;
+                Ok(LiveFile {
+                    path,
+                    entry,
+                    may_match,
+                })
+            })
+            .collect::<idem_io::Result<Vec<_>>>()?;
+        out.push(LivePartition {
+            path,
+            manifest,
+            files,
+        });
+    }
+    Ok(out)
+}
+
+/// The changes' key values, per key column, sorted, to test a file's min/max
+/// statistics against.
+struct KeyProbe {
+    rows: usize,
+    columns: Vec<ColumnProbe>,
+}
+
+struct ColumnProbe {
+    name: String,
+    data_type: DataType,
+    converter: RowConverter,
+    /// Distinct non-null values, in row-format order (which is the type's order).
+    values: Vec<OwnedRow>,
+}
+
+impl KeyProbe {
+    fn new(batches: &[RecordBatch], schema: &Schema, key: &[String]) -> arrow::error::Result<Self> {
+        let mut columns = Vec::with_capacity(key.len());
+        for k in key {
+            let index = schema.index_of(k)?;
+            let data_type = schema.field(index).data_type().clone();
+            let converter = RowConverter::new(vec![SortField::new(data_type.clone())])?;
+            let mut values = Vec::new();
+            for b in batches {
+                let col = b.column(index);
+                let rows = converter.convert_columns(&[Arc::clone(col)])?;
+                values.extend(
+                    rows.iter()
+                        .zip(0..)
+                        .filter(|(_, i)| col.is_valid(*i))
+                        .map(|(r, _)| r.owned()),
+                );
+            }
+            values.sort_unstable();
+            values.dedup();
+            columns.push(ColumnProbe {
+                name: k.clone(),
+                data_type,
+                converter,
+                values,
+            });
+        }
+        Ok(Self {
+            rows: batches.iter().map(|b| b.num_rows()).sum(),
+            columns,
+        })
+    }
+
+    /// Whether the file may hold a key of the changes: some row group whose min/max
+    /// range, in every key column, contains a changed value of that column. A file
+    /// without usable statistics may.
+    fn may_match(&self, path: &std::path::Path) -> idem_io::Result<bool> {
+        if self.rows == 0 {
+            return Ok(false);
+        }
+        let file = std::fs::File::open(path).map_err(|source| idem_io::Error::Io {
+            op: "open",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let meta = ParquetMetaDataReader::new()
+            .parse_and_finish(&file)
+            .map_err(|source| idem_io::Error::ParquetRead {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let groups = meta.row_groups();
+        if groups.is_empty() {
+            return Ok(false);
+        }
+        let Ok(arrow_schema) = parquet::arrow::parquet_to_arrow_schema(
+            meta.file_metadata().schema_descr(),
+            meta.file_metadata().key_value_metadata(),
+        ) else {
+            return Ok(true);
+        };
+        let mut admits = vec![true; groups.len()];
+        for c in &self.columns {
+            let Ok(conv) = StatisticsConverter::try_new(
+                &c.name,
+                &arrow_schema,
+                meta.file_metadata().schema_descr(),
+            ) else {
+                return Ok(true);
+            };
+            let (Ok(mins), Ok(maxes)) = (conv.row_group_mins(groups), conv.row_group_maxes(groups))
+            else {
+                return Ok(true);
+            };
+            let Some((mins, maxes)) = c.rows_of(&mins).zip(c.rows_of(&maxes)) else {
+                return Ok(true);
+            };
+            for (g, admit) in admits.iter_mut().enumerate() {
+                if !*admit {
+                    continue;
+                }
+                let (Some(min), Some(max)) = (&mins[g], &maxes[g]) else {
+                    continue; // no statistics: the group may hold anything
+                };
+                let first = c.values.partition_point(|v| v.row() < min.row());
+                *admit = c.values.get(first).is_some_and(|v| v.row() <= max.row());
+            }
+        }
+        Ok(admits.into_iter().any(|a| a))
+    }
+}
+
+impl ColumnProbe {
+    /// Statistics values in the probe's row format; `None` when they cannot be
+    /// compared (then the file is read).
+    fn rows_of(&self, stats: &ArrayRef) -> Option<Vec<Option<OwnedRow>>> {
+        let stats = arrow::compute::cast(stats, &self.data_type).ok()?;
+        let rows = self.converter.convert_columns(&[Arc::clone(&stats)]).ok()?;
+        Some(
+            rows.iter()
+                .enumerate()
+                .map(|(i, r)| stats.is_valid(i).then(|| r.owned()))
+                .collect(),
+        )
+    }
+}
+
+/// The rows of the given files, partition by partition, with the partition columns
+/// taken from the paths, in the output's column order.
+async fn files_frame(
+    ctx: &SessionContext,
+    groups: &[(PartitionPath, Vec<PathBuf>)],
+    output: &SchemaRef,
+    data_schema: &SchemaRef,
+    partition_by: &[String],
+) -> datafusion::error::Result<DataFrame> {
+    let mut frame: Option<DataFrame> = None;
+    for (partition, paths) in groups {
+        let paths: Vec<String> = paths
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        let df = ctx
+            .read_parquet(paths, ParquetReadOptions::default().schema(data_schema))
+            .await?;
+        let mut exprs = Vec::with_capacity(output.fields().len());
+        for f in output.fields() {
+            let name = f.name();
+            if partition_by.contains(name) {
+                let value = match partition.value(name).flatten() {
+                    Some(v) => ScalarValue::try_from_string(v.to_string(), f.data_type())?,
+                    None => ScalarValue::try_from(f.data_type())?,
+                };
+                exprs.push(lit(value).alias(name));
+            } else {
+                exprs.push(Expr::Column(Column::new_unqualified(name)));
+            }
+        }
+        let df = df.select(exprs)?;
+        frame = Some(match frame {
+            None => df,
+            Some(f) => f.union(df)?,
+        });
+    }
+    match frame {
+        Some(f) => Ok(f),
+        None => ctx.read_batch(RecordBatch::new_empty(Arc::clone(output))),
+    }
 }

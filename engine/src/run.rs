@@ -23,7 +23,7 @@ use idem_io::commit::{Checked, CommitBackend, PublishMode};
 use idem_io::failpoint;
 use idem_io::hive::PartitionPath;
 use idem_io::manifest::{ColumnEntry, InputFile, LiveState, RunInfo, describe_schema};
-use idem_io::writer::{PartitionWriter, WriterOptions, WrittenPartition};
+use idem_io::writer::{KeptFile, PartitionWriter, WriterOptions, WrittenPartition};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -105,6 +105,9 @@ pub struct RunReport {
     pub inputs: usize,
     pub elapsed_ms: u64,
     pub warnings: Vec<String>,
+    /// For a merge: how many files it read and how many it kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge: Option<crate::merge::MergeStats>,
 }
 
 /// Receives progress while a run executes (the CLI draws it).
@@ -399,6 +402,7 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
             partitions: fresh,
             elapsed_ms: started.elapsed().as_millis() as u64,
             warnings: Vec::new(),
+            merge: None,
         });
     }
     let planned = plan(job, opts).await?;
@@ -450,31 +454,36 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     }
     // A merge reads the table under the table's write lock and rewrites what it affects.
     let mut merge_inputs = None;
+    let mut merge_stats = None;
+    let mut kept = BTreeMap::new();
     let (df, merge_affected, _merge_lock) = if job.target.mode == Mode::Merge {
         observer.phase("merging");
-        let scope = if job.target.delete_missing {
-            Some(delete_scope(&job, &window, time.as_ref())?)
+        let (scope, owned) = if job.target.delete_missing {
+            let owned = if job.target.partition_by.is_empty() {
+                vec![PartitionPath::root()]
+            } else {
+                // The window's partitions are rewritten even where no key matched.
+                owned_partitions(&job, &table, &window, time.as_ref()).map_err(storage)?
+            };
+            (Some(delete_scope(&job, &window, time.as_ref())?), owned)
         } else {
-            None
+            (None, Vec::new())
         };
-        let m = match crate::merge::prepare(&job, &ctx, df, &output, &table, scope.as_deref()).await
-        {
-            Ok(m) => m,
-            Err(e) => return Err(explain(&job, &ctx, e).await),
-        };
+        let m =
+            match crate::merge::prepare(&job, &ctx, df, &output, &table, scope.as_deref(), &owned)
+                .await
+            {
+                Ok(m) => m,
+                Err(e) => return Err(explain(&job, &ctx, e).await),
+            };
         merge_inputs = Some(m.inputs);
-        let mut affected = m.affected;
-        if job.target.delete_missing && !job.target.partition_by.is_empty() {
-            // The window's partitions are rewritten even where no key matched.
-            affected
-                .extend(owned_partitions(&job, &table, &window, time.as_ref()).map_err(storage)?);
-            affected.sort();
-            affected.dedup();
-        }
-        (m.df, Some(affected), Some(m.lock))
+        merge_stats = Some(m.stats);
+        kept = m.kept;
+        (m.df, Some(m.affected), Some(m.lock))
     } else {
         (df, None, None)
     };
+    let kept = Arc::new(kept);
     let plan = match df.create_physical_plan().await {
         Ok(plan) => plan,
         Err(e) => return Err(explain(&job, &ctx, exec_err(e)).await),
@@ -505,6 +514,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         &ctx,
         plan,
         &output,
+        &kept,
         observer.as_ref(),
     )
     .await;
@@ -520,6 +530,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                     &window,
                     time.as_ref(),
                     merge_affected.as_deref(),
+                    &kept,
                     &data_schema,
                     writers,
                     &run_info,
@@ -577,12 +588,14 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         partitions,
         elapsed_ms: started.elapsed().as_millis() as u64,
         warnings,
+        merge: merge_stats,
     })
 }
 
 type Writers = BTreeMap<PartitionPath, PartitionWriter>;
 
 /// Streams the plan's output into per-partition writers in the staging area.
+#[allow(clippy::too_many_arguments)]
 async fn stage(
     job: &Job,
     table: &LocalTable,
@@ -590,6 +603,7 @@ async fn stage(
     ctx: &SessionContext,
     plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
     output: &SchemaRef,
+    kept: &Arc<Kept>,
     observer: &dyn Observer,
 ) -> Result<Writers> {
     observer.phase("writing");
@@ -600,6 +614,7 @@ async fn stage(
     let table2 = table.clone();
     let run_id2 = run_id.to_string();
     let opts = job.target.writer.clone();
+    let kept = Arc::clone(kept);
     let rows_done = Arc::new(AtomicU64::new(0));
     let rows_seen = Arc::clone(&rows_done);
     // Open every output stream before the writer starts, so a failure here leaves
@@ -621,7 +636,7 @@ async fn stage(
                 let w = match writers.get_mut(&p) {
                     Some(w) => w,
                     None => {
-                        let w = new_writer(&table2, &run_id2, &p, &data_schema, &opts)?;
+                        let w = new_writer(&table2, &run_id2, &p, &data_schema, &opts, &kept)?;
                         writers.entry(p.clone()).or_insert(w)
                     }
                 };
@@ -696,23 +711,32 @@ async fn stage(
     written
 }
 
+/// Per partition, the live files a merge carries over and its new manifest generation.
+type Kept = BTreeMap<PartitionPath, (Vec<KeptFile>, u64)>;
+
 fn new_writer(
     table: &LocalTable,
     run_id: &str,
     p: &PartitionPath,
     data_schema: &SchemaRef,
     opts: &WriterOptions,
+    kept: &Kept,
 ) -> Result<PartitionWriter> {
-    PartitionWriter::new(
+    let storage = |source| Error::Storage {
+        target: table.root().to_path_buf(),
+        source,
+    };
+    let mut w = PartitionWriter::new(
         p.clone(),
         table.staging_dir(run_id, p),
         Arc::clone(data_schema),
         opts.clone(),
     )
-    .map_err(|source| Error::Storage {
-        target: table.root().to_path_buf(),
-        source,
-    })
+    .map_err(storage)?;
+    if let Some((files, generation)) = kept.get(p) {
+        w.keep(files.clone(), *generation).map_err(storage)?;
+    }
+    Ok(w)
 }
 
 /// Flushes the largest buffered row groups early when all partitions together hold
@@ -739,6 +763,7 @@ fn finalize(
     window: &Window,
     time: Option<&TimeColumn>,
     merge_affected: Option<&[PartitionPath]>,
+    kept: &Kept,
     data_schema: &SchemaRef,
     mut writers: Writers,
     run: &RunInfo,
@@ -802,13 +827,14 @@ fn finalize(
         if writers.contains_key(&p) {
             continue;
         }
-        let w = PartitionWriter::new(
-            p.clone(),
-            table.staging_dir(&run.run_id, &p),
-            Arc::clone(data_schema),
-            job.target.writer.clone(),
-        )
-        .map_err(storage)?;
+        let w = new_writer(
+            table,
+            &run.run_id,
+            &p,
+            data_schema,
+            &job.target.writer,
+            kept,
+        )?;
         writers.insert(p, w);
     }
 

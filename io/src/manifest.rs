@@ -1,6 +1,12 @@
 //! The partition manifest. It rides in the key-value metadata (`idem.manifest`) of every
-//! data file of the partition, so it is written in the same atomic step as the data and
+//! data file a run writes, so it is written in the same atomic step as the data and
 //! moves with it: the table is its own ledger, with no state kept anywhere else.
+//!
+//! A merge may keep a file of the old partition as it is (hard-linked into the new one,
+//! never rewritten), so that file's footer still carries the manifest of the run that
+//! wrote it. Each manifest therefore has a `generation`, one more than the partition's
+//! previous manifest: the partition's manifest is the newest generation among its
+//! files' footers, and it must list exactly the files in the directory.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -29,6 +35,10 @@ pub struct Manifest {
     pub schema_fingerprint: String,
     /// Content digest of the rows (docs/digest.md).
     pub digest: String,
+    /// 0 for a partition written whole; one more than the previous manifest's for a
+    /// merge that keeps some files of the old partition.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: u64,
     #[serde(flatten)]
     pub run: RunInfo,
 }
@@ -38,6 +48,14 @@ pub struct FileEntry {
     pub name: String,
     pub rows: u64,
     pub data_bytes: u64,
+    /// The file's share of the partition digest (its rows' running sum, see digest.rs),
+    /// so a merge can keep the file and still compute the new digest without reading it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sum: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,10 +102,12 @@ pub struct InputFile {
 
 impl InputFile {
     /// Records the digest of the idem partition the file belongs to, if it does (its
-    /// footer carries the partition's manifest).
+    /// directory is a partition whose footers carry a manifest listing the file).
     pub fn with_idem_digest(mut self) -> Self {
+        let path = Path::new(&self.path);
         if self.path.ends_with(".parquet")
-            && let Ok(Some(m)) = read_from_file(Path::new(&self.path))
+            && let Some(dir) = path.parent()
+            && let Ok(LiveState::Managed(m)) = read_partition(dir)
         {
             self.idem_digest = Some(m.digest);
         }
@@ -180,13 +200,22 @@ pub fn read_partition(dir: &Path) -> Result<LiveState> {
         Err(e) if gone(&e) => return Ok(LiveState::Foreign { files: Vec::new() }),
         Err(e) => return Err(e),
     };
-    let Some(first) = files.first() else {
+    // The newest generation among the footers is the partition's manifest (older ones
+    // ride in files a merge kept). Anything unreadable reads as Foreign: idem then
+    // simply replaces the partition.
+    let mut newest: Option<Manifest> = None;
+    for file in &files {
+        match read_from_file(file) {
+            Ok(Some(m)) => {
+                if newest.as_ref().is_none_or(|n| m.generation > n.generation) {
+                    newest = Some(m);
+                }
+            }
+            Ok(None) | Err(_) => return Ok(LiveState::Foreign { files }),
+        }
+    }
+    let Some(manifest) = newest else {
         return Ok(LiveState::Foreign { files });
-    };
-    // Anything unreadable reads as Foreign: idem then simply replaces the partition.
-    let manifest = match read_from_file(first) {
-        Ok(Some(m)) => m,
-        Ok(None) | Err(_) => return Ok(LiveState::Foreign { files }),
     };
     // Every entry must be a file the manifest lists: a stray `_SUCCESS` or a directory
     // inside the partition makes it Foreign, so the next run replaces it.

@@ -119,6 +119,16 @@ struct OpenFile {
     name: String,
     writer: FileWriter,
     rows: u64,
+    digest: DigestState,
+}
+
+/// A file of the live partition that a merge keeps as it is: it holds no row the merge
+/// changes, so it is linked into the new partition instead of being rewritten.
+#[derive(Clone, Debug)]
+pub struct KeptFile {
+    pub path: PathBuf,
+    /// Its entry in the live manifest (the entry must carry the file's digest sum).
+    pub entry: FileEntry,
 }
 
 struct RowGroup {
@@ -138,6 +148,12 @@ pub struct PartitionWriter {
     current: Option<(OpenFile, ArrowRowGroupWriterFactory)>,
     row_group: Option<RowGroup>,
     digest: DigestState,
+    /// Files carried over from the live partition, and their digest.
+    kept: Vec<FileEntry>,
+    kept_digest: DigestState,
+    /// Index of the first file this writer names (after the kept files' names).
+    first_index: usize,
+    generation: u64,
 }
 
 impl PartitionWriter {
@@ -165,7 +181,47 @@ impl PartitionWriter {
             current: None,
             row_group: None,
             digest: DigestState::default(),
+            kept: Vec::new(),
+            kept_digest: DigestState::default(),
+            first_index: 0,
+            generation: 0,
         })
+    }
+
+    /// Carries `files` of the live partition over unchanged: each is hard-linked into
+    /// the staging directory (copied where links are not supported) and listed in the
+    /// new manifest, whose `generation` must be one more than the live one's. New files
+    /// are named after the kept ones. Call before the first write.
+    pub fn keep(&mut self, files: Vec<KeptFile>, generation: u64) -> Result<()> {
+        assert!(
+            self.current.is_none() && self.done.is_empty(),
+            "keep() before any write"
+        );
+        self.generation = generation;
+        for f in files {
+            let sum = f.entry.sum.as_deref().ok_or_else(|| Error::BadManifest {
+                path: f.path.clone(),
+                reason: "the file's entry has no digest sum; it cannot be kept".into(),
+            })?;
+            let part =
+                DigestState::from_parts(f.entry.rows, sum).ok_or_else(|| Error::BadManifest {
+                    path: f.path.clone(),
+                    reason: format!("bad digest sum {sum:?}"),
+                })?;
+            let to = self.dir.join(&f.entry.name);
+            if std::fs::hard_link(&f.path, &to).is_err() {
+                std::fs::copy(&f.path, &to).map_err(Error::io("copy", &f.path))?;
+                File::open(&to)
+                    .and_then(|h| h.sync_all())
+                    .map_err(Error::io("fsync", &to))?;
+            }
+            if let Some(index) = file_index(&f.entry.name) {
+                self.first_index = self.first_index.max(index + 1);
+            }
+            self.kept_digest.merge(part);
+            self.kept.push(f.entry);
+        }
+        Ok(())
     }
 
     pub fn partition(&self) -> &PartitionPath {
@@ -262,6 +318,9 @@ impl PartitionWriter {
         encoded.map_err(|source| Error::Parquet { partition, source })?;
         rg.rows += batch.num_rows();
         self.digest.merge(digest);
+        if let Some((file, _)) = self.current.as_mut() {
+            file.digest.merge(digest);
+        }
         Ok(())
     }
 
@@ -277,7 +336,7 @@ impl PartitionWriter {
     }
 
     fn open_file(&mut self) -> Result<()> {
-        let index = self.done.len();
+        let index = self.first_index + self.done.len();
         let name = format!("part-{index:05}.parquet");
         let file = SpillFile::create(self.dir.join(&name))?;
         let parquet_schema = ArrowSchemaConverter::new()
@@ -296,6 +355,7 @@ impl PartitionWriter {
                 name,
                 writer,
                 rows: 0,
+                digest: DigestState::default(),
             },
             factory,
         ));
@@ -351,24 +411,25 @@ impl PartitionWriter {
             let (file, _) = self.current.take().expect("file open");
             self.done.push(file);
         }
-        let files: Vec<FileEntry> = self
-            .done
-            .iter()
-            .map(|f| FileEntry {
-                name: f.name.clone(),
-                rows: f.rows,
-                data_bytes: f.writer.bytes_written() as u64,
-            })
-            .collect();
+        let mut files = std::mem::take(&mut self.kept);
+        files.extend(self.done.iter().map(|f| FileEntry {
+            name: f.name.clone(),
+            rows: f.rows,
+            data_bytes: f.writer.bytes_written() as u64,
+            sum: Some(f.digest.sum_hex()),
+        }));
+        let mut digest = self.digest;
+        digest.merge(self.kept_digest);
         let manifest = Manifest {
             format: MANIFEST_FORMAT,
             partition: self.partition.rel_path().to_string_lossy().into_owned(),
-            rows: self.digest.rows(),
+            rows: digest.rows(),
             data_bytes: files.iter().map(|f| f.data_bytes).sum(),
             files,
             schema_fingerprint: schema_fingerprint(&schema),
             schema,
-            digest: self.digest.finish(),
+            digest: digest.finish(),
+            generation: self.generation,
             run: run.clone(),
         };
         let manifest_json = manifest.to_json();
@@ -411,6 +472,14 @@ impl PartitionWriter {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// The number in a data file's name, `part-00042.parquet` → 42.
+fn file_index(name: &str) -> Option<usize> {
+    name.strip_prefix("part-")?
+        .strip_suffix(".parquet")?
+        .parse()
+        .ok()
 }
 
 /// The schema recorded in the footer for Arrow readers: view types are recorded as
@@ -532,5 +601,67 @@ mod tests {
             read_from_file(&path).unwrap().unwrap().digest,
             written.manifest.digest
         );
+    }
+
+    #[test]
+    fn kept_files_are_linked_listed_and_counted_in_the_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = WriterOptions {
+            row_group_rows: 1000,
+            target_file_bytes: 1,
+            ..Default::default()
+        };
+        // The old partition: three files of 1000 rows each.
+        let old = write(
+            &dir.path().join("old"),
+            small.clone(),
+            &[batch(0, 1000), batch(1000, 1000), batch(2000, 1000)],
+        );
+        assert_eq!(old.manifest.files.len(), 3);
+        // A merge keeps files 0 and 2 and rewrites the middle one with new rows.
+        let kept: Vec<KeptFile> = [0, 2]
+            .iter()
+            .map(|&i| KeptFile {
+                path: old.dir.join(&old.manifest.files[i].name),
+                entry: old.manifest.files[i].clone(),
+            })
+            .collect();
+        let schema = batch(0, 1).schema();
+        let mut w = PartitionWriter::new(
+            old.partition.clone(),
+            dir.path().join("new"),
+            Arc::clone(&schema),
+            small,
+        )
+        .unwrap();
+        w.keep(kept, old.manifest.generation + 1).unwrap();
+        w.write(&batch(1000, 1000)).unwrap();
+        let new = w
+            .finish(&RunInfo::default(), describe_schema(&schema, &[]))
+            .unwrap();
+        // Same rows as before: the same digest, computed without reading the kept files.
+        assert_eq!(new.manifest.digest, old.manifest.digest);
+        assert_eq!(new.manifest.rows, 3000);
+        assert_eq!(new.manifest.generation, 1);
+        let names: Vec<&str> = new.manifest.files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "part-00000.parquet",
+                "part-00002.parquet",
+                "part-00003.parquet"
+            ]
+        );
+        // Kept files are the same inodes; the partition reads as the newest manifest.
+        use std::os::unix::fs::MetadataExt;
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        assert_eq!(
+            ino(&old.dir.join("part-00002.parquet")),
+            ino(&new.dir.join("part-00002.parquet"))
+        );
+        match crate::manifest::read_partition(&new.dir).unwrap() {
+            crate::manifest::LiveState::Managed(m) => assert_eq!(*m, new.manifest),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -406,3 +406,128 @@ fn a_merge_killed_at_any_failpoint_then_rerun_gives_the_clean_result() {
         );
     }
 }
+
+/// The table's data files, by relative path.
+fn parquet_files(table: &std::path::Path) -> Vec<String> {
+    snapshot(table)
+        .into_keys()
+        .filter(|k| k.ends_with(".parquet"))
+        .collect()
+}
+
+#[test]
+fn files_whose_key_range_holds_no_change_are_kept_not_rewritten() {
+    let lake = Lake::new();
+    // Sorted by key, 100 rows per file: file N holds ids 100N+1..100N+100.
+    let text = job("\"country\"")
+        .replace("from changes\"", "from changes order by customer_id\"")
+        .replace(
+            "partition_by = [\"country\"]",
+            "row_group_rows = 100\nfile_size = \"1 KiB\"",
+        );
+    let dim = lake.job("dim", &text);
+    let base = base(&lake);
+    merge_ok(&lake, &dim, &base);
+    let table = lake.join("out/dim_customers");
+    let files = parquet_files(&table);
+    assert_eq!(files.len(), 10, "{files:?}");
+    let before = snapshot(&table);
+
+    // Two updates in the second file, two new keys above every file's range.
+    let ch = changes(&lake, "a", &[150, 160], &[1001, 1002], "DE");
+    let report = merge_ok(&lake, &dim, &ch);
+    assert_eq!(actions(&report), vec![("(table)".into(), "written".into())]);
+    let m = &report.last().unwrap()["merge"];
+    assert_eq!(
+        (
+            m["table_files"].as_u64(),
+            m["files_read"].as_u64(),
+            m["files_kept"].as_u64()
+        ),
+        (Some(10), Some(1), Some(9)),
+        "{m}"
+    );
+    assert_eq!(
+        readers(&["table", table.to_str().unwrap()]),
+        oracle(&base, &[&ch])
+    );
+    // The nine kept files are the same files: inode, bytes and mtime unchanged.
+    let after = snapshot(&table);
+    for (name, v) in &before {
+        if name == "part-00001.parquet" {
+            assert!(
+                !after.contains_key(name),
+                "{name} should have been rewritten"
+            );
+        } else {
+            assert_eq!(Some(v), after.get(name), "{name} was rewritten");
+        }
+    }
+    assert!(after.contains_key("part-00010.parquet"), "{after:?}");
+    // idem reads the partition through its newest manifest: managed, digest current.
+    let digests = status_digests(&lake, table.to_str().unwrap());
+    assert_eq!(digests.len(), 1, "{digests:?}");
+
+    // A re-run finds the same digest from the kept files' recorded sums: unchanged.
+    let again = merge_ok(&lake, &dim, &ch);
+    assert_eq!(
+        actions(&again),
+        vec![("(table)".into(), "unchanged".into())]
+    );
+    assert_eq!(after, snapshot(&table));
+
+    // A second merge on top keeps the files the first one kept, and the result still
+    // equals the oracle applied twice.
+    let ch2 = changes(&lake, "b", &[150, 950], &[], "DE");
+    merge_ok(&lake, &dim, &ch2);
+    assert_eq!(
+        readers(&["table", table.to_str().unwrap()]),
+        oracle(&base, &[&ch, &ch2])
+    );
+    let third = snapshot(&table);
+    assert_eq!(
+        third.get("part-00000.parquet"),
+        before.get("part-00000.parquet")
+    );
+    assert!(!third.contains_key("part-00009.parquet"));
+}
+
+#[test]
+fn a_key_that_moves_partition_rewrites_only_the_file_that_held_it() {
+    let lake = Lake::new();
+    let text = job("\"country\"")
+        .replace("from changes\"", "from changes order by customer_id\"")
+        .replace(
+            "partition_by = [\"country\"]",
+            "partition_by = [\"country\"]\nrow_group_rows = 20\nfile_size = \"1 KiB\"",
+        );
+    let dim = lake.job("dim", &text);
+    let base = base(&lake);
+    merge_ok(&lake, &dim, &base);
+    let table = lake.join("out/dim_customers");
+    let before = snapshot(&table);
+    // Key 10 moves to NZ (a new partition); key 11 stays in US.
+    let ch = changes(&lake, "a", &[10, 11], &[], "NZ");
+    let report = merge_ok(&lake, &dim, &ch);
+    assert_eq!(
+        readers(&["table", table.to_str().unwrap()]),
+        oracle(&base, &[&ch])
+    );
+    let m = &report.last().unwrap()["merge"];
+    let read = m["files_read"].as_u64().unwrap();
+    let kept = m["files_kept"].as_u64().unwrap();
+    assert!(read <= 4 && kept > 0, "{m}");
+    // Every file not in a written partition, and every kept file, is the same file.
+    let after = snapshot(&table);
+    let same = before
+        .iter()
+        .filter(|(k, v)| k.ends_with(".parquet") && after.get(*k) == Some(v))
+        .count() as u64;
+    let total = before.keys().filter(|k| k.ends_with(".parquet")).count() as u64;
+    assert!(
+        same >= total - read,
+        "{same} of {total} files unchanged, {read} read"
+    );
+    let again = merge_ok(&lake, &dim, &ch);
+    assert!(actions(&again).iter().all(|(_, a)| a == "unchanged"));
+}
