@@ -25,9 +25,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Schema, SchemaRef};
-use arrow::row::{OwnedRow, RowConverter, SortField};
+use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::{Column, ScalarValue};
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
@@ -103,7 +103,15 @@ pub async fn prepare(
     let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx())
         .await
         .map_err(exec)?;
-    let probe = KeyProbe::new(&batches, output, &job.target.key).map_err(|e| exec(e.into()))?;
+    let change_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    // The live files, each tested against the changes' keys (when there are any).
+    let mut files = live_files(table, job.target.partition_by.len()).map_err(storage)?;
+    if files.iter().any(|p| !p.files.is_empty()) {
+        let probe = KeyProbe::new(&batches, output, &job.target.key).map_err(|e| exec(e.into()))?;
+        for f in files.iter_mut().flat_map(|p| p.files.iter_mut()) {
+            f.may_match = probe.may_match(&f.path).map_err(storage)?;
+        }
+    }
     let changes = MemTable::try_new(Arc::clone(output), vec![batches]).map_err(exec)?;
     ctx.register_table("__idem_changes", Arc::new(changes))
         .map_err(exec)?;
@@ -162,9 +170,8 @@ pub async fn prepare(
 
     let partition_by = &job.target.partition_by;
     let router = Router::new(output, partition_by);
-    let files = live_files(table, partition_by.len(), &probe).map_err(storage)?;
     let mut stats = MergeStats {
-        changes: probe.rows as u64,
+        changes: change_rows as u64,
         table_files: files.iter().map(|p| p.files.len()).sum(),
         ..Default::default()
     };
@@ -312,11 +319,8 @@ struct LiveFile {
     may_match: bool,
 }
 
-fn live_files(
-    table: &LocalTable,
-    depth: usize,
-    probe: &KeyProbe,
-) -> idem_io::Result<Vec<LivePartition>> {
+/// The live partitions and their files, every file marked as possibly matching.
+fn live_files(table: &LocalTable, depth: usize) -> idem_io::Result<Vec<LivePartition>> {
     let mut out = Vec::new();
     for path in table.live_partitions(depth)? {
         let dir = table.partition_dir(&path);
@@ -337,15 +341,12 @@ fn live_files(
         };
         let files = names
             .into_iter()
-            .map(|(path, entry)| {
-                let may_match = probe.may_match(&path)?;
-                Ok(LiveFile {
-                    path,
-                    entry,
-                    may_match,
-                })
+            .map(|(path, entry)| LiveFile {
+                path,
+                entry,
+                may_match: true,
             })
-            .collect::<idem_io::Result<Vec<_>>>()?;
+            .collect();
         out.push(LivePartition {
             path,
             manifest,
@@ -358,7 +359,6 @@ fn live_files(
 /// The changes' key values, per key column, sorted, to test a file's min/max
 /// statistics against.
 struct KeyProbe {
-    rows: usize,
     columns: Vec<ColumnProbe>,
 }
 
@@ -366,8 +366,9 @@ struct ColumnProbe {
     name: String,
     data_type: DataType,
     converter: RowConverter,
-    /// Distinct non-null values, in row-format order (which is the type's order).
-    values: Vec<OwnedRow>,
+    /// The non-null values, sorted, in the row format (whose byte order is the
+    /// type's order).
+    values: Rows,
 }
 
 impl KeyProbe {
@@ -376,20 +377,17 @@ impl KeyProbe {
         for k in key {
             let index = schema.index_of(k)?;
             let data_type = schema.field(index).data_type().clone();
+            let arrays: Vec<&dyn Array> =
+                batches.iter().map(|b| b.column(index).as_ref()).collect();
+            let all = if arrays.is_empty() {
+                arrow::array::new_empty_array(&data_type)
+            } else {
+                arrow::compute::concat(&arrays)?
+            };
+            let valid = arrow::compute::is_not_null(&all)?;
+            let values = arrow::compute::sort(&arrow::compute::filter(&all, &valid)?, None)?;
             let converter = RowConverter::new(vec![SortField::new(data_type.clone())])?;
-            let mut values = Vec::new();
-            for b in batches {
-                let col = b.column(index);
-                let rows = converter.convert_columns(&[Arc::clone(col)])?;
-                values.extend(
-                    rows.iter()
-                        .zip(0..)
-                        .filter(|(_, i)| col.is_valid(*i))
-                        .map(|(r, _)| r.owned()),
-                );
-            }
-            values.sort_unstable();
-            values.dedup();
+            let values = converter.convert_columns(&[values])?;
             columns.push(ColumnProbe {
                 name: k.clone(),
                 data_type,
@@ -397,17 +395,18 @@ impl KeyProbe {
                 values,
             });
         }
-        Ok(Self {
-            rows: batches.iter().map(|b| b.num_rows()).sum(),
-            columns,
-        })
+        Ok(Self { columns })
     }
 
     /// Whether the file may hold a key of the changes: some row group whose min/max
     /// range, in every key column, contains a changed value of that column. A file
     /// without usable statistics may.
     fn may_match(&self, path: &std::path::Path) -> idem_io::Result<bool> {
-        if self.rows == 0 {
+        if self
+            .columns
+            .first()
+            .is_some_and(|c| c.values.num_rows() == 0)
+        {
             return Ok(false);
         }
         let file = std::fs::File::open(path).map_err(|source| idem_io::Error::Io {
@@ -444,18 +443,16 @@ impl KeyProbe {
             else {
                 return Ok(true);
             };
-            let Some((mins, maxes)) = c.rows_of(&mins).zip(c.rows_of(&maxes)) else {
+            let (Some((mins, min_ok)), Some((maxes, max_ok))) =
+                (c.rows_of(&mins), c.rows_of(&maxes))
+            else {
                 return Ok(true);
             };
             for (g, admit) in admits.iter_mut().enumerate() {
-                if !*admit {
-                    continue;
-                }
-                let (Some(min), Some(max)) = (&mins[g], &maxes[g]) else {
+                if !*admit || !min_ok[g] || !max_ok[g] {
                     continue; // no statistics: the group may hold anything
-                };
-                let first = c.values.partition_point(|v| v.row() < min.row());
-                *admit = c.values.get(first).is_some_and(|v| v.row() <= max.row());
+                }
+                *admit = c.any_between(mins.row(g), maxes.row(g));
             }
         }
         Ok(admits.into_iter().any(|a| a))
@@ -463,17 +460,27 @@ impl KeyProbe {
 }
 
 impl ColumnProbe {
-    /// Statistics values in the probe's row format; `None` when they cannot be
-    /// compared (then the file is read).
-    fn rows_of(&self, stats: &ArrayRef) -> Option<Vec<Option<OwnedRow>>> {
+    /// Statistics values in the probe's row format, and which of them are present;
+    /// `None` when they cannot be compared (then the file is read).
+    fn rows_of(&self, stats: &ArrayRef) -> Option<(Rows, Vec<bool>)> {
         let stats = arrow::compute::cast(stats, &self.data_type).ok()?;
         let rows = self.converter.convert_columns(&[Arc::clone(&stats)]).ok()?;
-        Some(
-            rows.iter()
-                .enumerate()
-                .map(|(i, r)| stats.is_valid(i).then(|| r.owned()))
-                .collect(),
-        )
+        let present = (0..stats.len()).map(|i| stats.is_valid(i)).collect();
+        Some((rows, present))
+    }
+
+    /// Whether some changed value lies in `[min, max]` (a binary search).
+    fn any_between(&self, min: Row<'_>, max: Row<'_>) -> bool {
+        let (mut lo, mut hi) = (0, self.values.num_rows());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.values.row(mid) < min {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo < self.values.num_rows() && self.values.row(lo) <= max
     }
 }
 
