@@ -69,7 +69,8 @@ pub struct MergeStats {
     pub changes: u64,
     /// Data files of the live table.
     pub table_files: usize,
-    /// Files whose key statistics admit a changed key: the only ones read.
+    /// Files read at all: those whose key statistics (or partition values) admit a
+    /// changed key, and every file of a partition rewritten whole.
     pub files_read: usize,
     /// Files of affected partitions carried over without being read or rewritten.
     pub files_kept: usize,
@@ -108,8 +109,13 @@ pub async fn prepare(
     let mut files = live_files(table, job.target.partition_by.len()).map_err(storage)?;
     if files.iter().any(|p| !p.files.is_empty()) {
         let probe = KeyProbe::new(&batches, output, &job.target.key).map_err(|e| exec(e.into()))?;
-        for f in files.iter_mut().flat_map(|p| p.files.iter_mut()) {
-            f.may_match = probe.may_match(&f.path).map_err(storage)?;
+        for p in files.iter_mut() {
+            if !probe.partition_may_match(&p.path) {
+                continue; // every file stays `may_match = false`
+            }
+            for f in p.files.iter_mut() {
+                f.may_match = probe.may_match(&f.path).map_err(storage)?;
+            }
         }
     }
     let changes = MemTable::try_new(Arc::clone(output), vec![batches]).map_err(exec)?;
@@ -262,7 +268,6 @@ pub async fn prepare(
             }
         }
         stats.files_kept += keep.len();
-        stats.files_read += rewrite.len();
         if !rewrite.is_empty() {
             read.push((p.path.clone(), rewrite));
         }
@@ -271,6 +276,15 @@ pub async fn prepare(
             kept.insert(p.path.clone(), (keep, generation));
         }
     }
+    // Files read at all: to find where changed keys live, or to rewrite.
+    stats.files_read = files
+        .iter()
+        .flat_map(|p| p.files.iter())
+        .filter(|f| f.may_match)
+        .map(|f| &f.path)
+        .chain(read.iter().flat_map(|(_, r)| r.iter()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     let target = files_frame(ctx, &read, output, router.data_schema(), partition_by)
         .await
         .map_err(exec)?;
@@ -319,7 +333,7 @@ struct LiveFile {
     may_match: bool,
 }
 
-/// The live partitions and their files, every file marked as possibly matching.
+/// The live partitions and their files (none yet marked as possibly matching).
 fn live_files(table: &LocalTable, depth: usize) -> idem_io::Result<Vec<LivePartition>> {
     let mut out = Vec::new();
     for path in table.live_partitions(depth)? {
@@ -344,7 +358,7 @@ fn live_files(table: &LocalTable, depth: usize) -> idem_io::Result<Vec<LiveParti
             .map(|(path, entry)| LiveFile {
                 path,
                 entry,
-                may_match: true,
+                may_match: false,
             })
             .collect();
         out.push(LivePartition {
@@ -398,6 +412,23 @@ impl KeyProbe {
         Ok(Self { columns })
     }
 
+    /// Whether a partition may hold a key of the changes, by the values of the key
+    /// columns that are partition columns (a key of `[dt, id]` matches only in the
+    /// changes' `dt` partitions). A NULL value (the default partition) matches nothing.
+    fn partition_may_match(&self, p: &PartitionPath) -> bool {
+        self.columns.iter().all(|c| match p.value(&c.name) {
+            None => true, // not a partition column
+            Some(None) => false,
+            Some(Some(v)) => {
+                let text: ArrayRef = Arc::new(arrow::array::StringArray::from(vec![v]));
+                match c.rows_of(&text) {
+                    Some((rows, present)) if present[0] => c.any_between(rows.row(0), rows.row(0)),
+                    _ => true,
+                }
+            }
+        })
+    }
+
     /// Whether the file may hold a key of the changes: some row group whose min/max
     /// range, in every key column, contains a changed value of that column. A file
     /// without usable statistics may.
@@ -432,6 +463,9 @@ impl KeyProbe {
         };
         let mut admits = vec![true; groups.len()];
         for c in &self.columns {
+            if arrow_schema.column_with_name(&c.name).is_none() {
+                continue; // a partition column, tested by the partition's value
+            }
             let Ok(conv) = StatisticsConverter::try_new(
                 &c.name,
                 &arrow_schema,
