@@ -32,6 +32,10 @@ struct JobFile {
     target: TargetFile,
     #[serde(default)]
     checks: Checks,
+    /// Options for `s3://` paths (endpoint, region, ...). They say where the data is,
+    /// not what it is, so they are not part of the job's fingerprint.
+    #[serde(default, skip_serializing)]
+    storage: idem_io::store::StorageOptions,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -149,6 +153,8 @@ pub struct Job {
     pub sql: String,
     pub target: Target,
     pub checks: Checks,
+    /// Options for object-store paths.
+    pub storage: idem_io::store::StorageOptions,
     /// Hash of everything that determines the output: the parsed job and its SQL.
     pub fingerprint: String,
 }
@@ -156,7 +162,8 @@ pub struct Job {
 #[derive(Clone, Debug)]
 pub struct Source {
     pub name: String,
-    /// Absolute local path (possibly with a glob), as given after resolution.
+    /// Absolute local path (possibly with a glob), as given after resolution, or an
+    /// object-store URL (`s3://bucket/prefix/`).
     pub path: String,
     pub format: Format,
     /// Hive partition columns; `None` means "infer from the directory names".
@@ -316,6 +323,7 @@ impl Job {
             sql,
             target,
             checks: file.checks,
+            storage: file.storage,
             fingerprint,
         })
     }
@@ -333,20 +341,25 @@ fn source(job: &Path, name: &str, s: &SourceFile) -> Result<Source> {
         ));
     }
     let raw = expand(&s.path).map_err(|m| err(format!("path: {m}")))?;
-    if raw.contains("://") && !raw.starts_with("file://") {
-        return Err(err(format!(
-            "path `{raw}`: only local paths are supported by this build"
-        )));
-    }
-    let raw = raw.strip_prefix("file://").unwrap_or(&raw).to_string();
-    let abs = absolute(&raw);
-    let mut path = abs.to_string_lossy().into_owned();
-    if raw.ends_with('/') && !path.ends_with('/') {
-        path.push('/');
-    }
-    if abs.is_dir() && !path.ends_with('/') {
-        path.push('/');
-    }
+    let path = if idem_io::store::is_url(&raw) {
+        if idem_io::store::store_base(&raw).is_none() {
+            return Err(err(format!(
+                "path `{raw}`: expected scheme://bucket/prefix"
+            )));
+        }
+        raw.clone()
+    } else {
+        let raw = raw.strip_prefix("file://").unwrap_or(&raw).to_string();
+        let abs = absolute(&raw);
+        let mut path = abs.to_string_lossy().into_owned();
+        if raw.ends_with('/') && !path.ends_with('/') {
+            path.push('/');
+        }
+        if abs.is_dir() && !path.ends_with('/') {
+            path.push('/');
+        }
+        path
+    };
     let partition_columns = match &s.partitioned_by {
         None => None,
         Some(cols) => {

@@ -61,7 +61,15 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
     // Checked here, when the job is planned, not when it is loaded: in a project a
     // job's source may be another job's table that does not exist yet.
     let is_glob = s.path.contains(['*', '?', '[']);
-    if !is_glob && !std::path::Path::new(&s.path).exists() {
+    let remote = idem_io::store::is_url(&s.path);
+    if remote {
+        let store =
+            idem_io::store::object_store(&s.path, &job.storage).map_err(|e| err(e.to_string()))?;
+        let url = ListingTableUrl::parse(&s.path)
+            .map_err(|e| err(format!("path {}: {e}", s.path)))?
+            .object_store();
+        ctx.register_object_store(url.as_ref(), store);
+    } else if !is_glob && !std::path::Path::new(&s.path).exists() {
         return Err(err(format!(
             "path {} does not exist",
             s.path.trim_end_matches('/')
@@ -235,7 +243,7 @@ pub async fn all_source_files(ctx: &SessionContext, job: &Job) -> Vec<InputFile>
         for f in files {
             out.push(InputFile {
                 source: s.name.clone(),
-                path: format!("/{}", f.location),
+                path: url_of(url.object_store().as_str(), &f.location),
                 size: f.size,
                 mtime: None,
                 etag: None,
@@ -263,7 +271,7 @@ fn collect_inputs(plan: &Arc<dyn ExecutionPlan>, job: &Job, out: &mut Vec<InputF
     {
         for group in &scan.file_groups {
             for f in group.files() {
-                let path = format!("/{}", f.object_meta.location);
+                let path = url_of(scan.object_store_url.as_str(), &f.object_meta.location);
                 let source = job
                     .sources
                     .iter()
@@ -290,6 +298,16 @@ fn collect_inputs(plan: &Arc<dyn ExecutionPlan>, job: &Job, out: &mut Vec<InputF
     }
 }
 
+/// A file's path as the job names it: `/abs/path` on the local filesystem, else the
+/// store's URL and the key (`s3://bucket/raw/x.parquet`).
+fn url_of(store: &str, location: &object_store::path::Path) -> String {
+    if store.starts_with("file://") {
+        format!("/{location}")
+    } else {
+        format!("{}/{location}", store.trim_end_matches('/'))
+    }
+}
+
 /// After a failed execution, finds an input file that cannot be read, so the error can
 /// name it: DataFusion's decoding errors do not say which file they came from.
 pub fn diagnose_inputs(job: &Job, inputs: &[InputFile]) -> Option<Error> {
@@ -297,6 +315,9 @@ pub fn diagnose_inputs(job: &Job, inputs: &[InputFile]) -> Option<Error> {
         let Some(source) = job.sources.iter().find(|s| s.name == input.source) else {
             continue;
         };
+        if idem_io::store::is_url(&input.path) {
+            continue; // DataFusion's error names the object
+        }
         let path = std::path::Path::new(&input.path);
         let problem = match source.format {
             Format::Parquet => std::fs::File::open(path)

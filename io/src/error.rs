@@ -60,6 +60,17 @@ pub enum Error {
 
     #[error("invalid partition path `{path}`: {reason}")]
     BadPartitionPath { path: String, reason: String },
+
+    #[error("storage URL {url}: {reason}")]
+    Url { url: String, reason: String },
+
+    #[error("{op} {url}: {source}")]
+    ObjectStore {
+        op: &'static str,
+        url: String,
+        #[source]
+        source: Box<object_store::Error>,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

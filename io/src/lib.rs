@@ -12,6 +12,7 @@ pub mod failpoint;
 pub mod hive;
 pub mod log;
 pub mod manifest;
+pub mod store;
 pub mod writer;
 
 pub use error::{Error, Result};

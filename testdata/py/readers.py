@@ -4,6 +4,8 @@
                                     three engines; fails unless they agree
     readers.py duckdb SQL           rows of a DuckDB query (the oracle)
     readers.py files DIR            the data files each engine reads from DIR
+    readers.py s3-put ENDPOINT DIR s3://BUCKET/PREFIX
+                                    uploads DIR's files (creating the bucket)
 
 Rows are printed as one JSON list: each row an object of column -> value rendered as
 text (so DATE and '2026-06-04' compare equal across engines), sorted.
@@ -89,6 +91,37 @@ def files(d):
     return {"duckdb": duck, "polars": pol, "pyarrow": arrow}
 
 
+def s3_client(endpoint):
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+
+
+def s3_put(endpoint, local, url):
+    import os
+
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    s3 = s3_client(endpoint)
+    try:
+        s3.create_bucket(Bucket=bucket)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    keys = []
+    for root, _, names in os.walk(local):
+        for n in sorted(names):
+            path = os.path.join(root, n)
+            key = prefix.rstrip("/") + "/" + os.path.relpath(path, local)
+            s3.upload_file(path, bucket, key.lstrip("/"))
+            keys.append(key)
+    return sorted(keys)
+
+
 def main():
     cmd, arg = sys.argv[1], sys.argv[2]
     if cmd == "table":
@@ -111,6 +144,10 @@ def main():
         print(json.dumps(rows_out([dict(zip(cols, r)) for r in rel.fetchall()])))
     elif cmd == "files":
         print(json.dumps(files(arg.rstrip("/"))))
+    elif cmd == "s3-put":
+        # s3-put ENDPOINT LOCAL_DIR s3://bucket/prefix: create the bucket if needed and
+        # upload every file under LOCAL_DIR, keeping relative paths.
+        print(json.dumps(s3_put(arg, sys.argv[3], sys.argv[4])))
     else:
         sys.exit(f"unknown command {cmd}")
 

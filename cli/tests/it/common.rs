@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -202,17 +202,20 @@ pub fn python() -> &'static Path {
         let venv = repo_root().join("target/py-venv");
         let py = venv.join("bin/python");
         let req = repo_root().join("testdata/py/requirements.txt");
+        // `.ready` holds the requirements it was built from: a change reinstalls.
         let ready = venv.join(".ready");
+        let wanted = std::fs::read_to_string(&req).unwrap();
         // Several test binaries may get here at once: serialise with a lock file.
         let lock = std::fs::File::create(repo_root().join("target/py-venv.lock")).unwrap();
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
-        if !ready.exists() {
-            let ok = Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .status()
-                .unwrap()
-                .success()
+        if std::fs::read_to_string(&ready).ok().as_deref() != Some(wanted.as_str()) {
+            let ok = (py.exists()
+                || Command::new("python3")
+                    .args(["-m", "venv"])
+                    .arg(&venv)
+                    .status()
+                    .unwrap()
+                    .success())
                 && Command::new(&py)
                     .args(["-m", "pip", "install", "-q", "-r"])
                     .arg(&req)
@@ -225,10 +228,60 @@ pub fn python() -> &'static Path {
                  install them with `pip install -r testdata/py/requirements.txt` and set IDEM_PYTHON",
                 venv.display()
             );
-            std::fs::write(&ready, "").unwrap();
+            std::fs::write(&ready, &wanted).unwrap();
         }
         py
     })
+}
+
+/// The endpoint of an S3-compatible server: `IDEM_S3_ENDPOINT` if set (CI starts one),
+/// else a moto server started from the readers' environment on a free port, which
+/// stops when this test process ends.
+pub fn s3_endpoint() -> &'static str {
+    static EP: OnceLock<String> = OnceLock::new();
+    EP.get_or_init(|| {
+        if let Ok(e) = std::env::var("IDEM_S3_ENDPOINT") {
+            return e;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = python().parent().unwrap().join("moto_server");
+        // A watchdog shell stops the server once this process is gone.
+        let mut watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "'{}' -H 127.0.0.1 -p {port} >/dev/null 2>&1 & s=$!; \
+                 while kill -0 {me} 2>/dev/null; do sleep 1; done; kill $s",
+                server.display(),
+                me = std::process::id()
+            ))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::spawn(move || watchdog.wait());
+        let endpoint = format!("http://127.0.0.1:{port}");
+        for _ in 0..300 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return endpoint;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("moto_server did not start on port {port}");
+    })
+}
+
+/// The environment a run needs to reach the test S3 server.
+pub fn s3_env() -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL", s3_endpoint().to_string()),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ]
 }
 
 /// Runs `testdata/py/readers.py` and parses its JSON output.

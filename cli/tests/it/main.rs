@@ -11,3 +11,4 @@ mod merge;
 mod project;
 mod readers;
 mod run;
+mod s3;

@@ -1,0 +1,148 @@
+//! Object stores: sources and tables on an S3-compatible server (moto, on 127.0.0.1).
+
+use crate::common::*;
+
+/// A bucket name no other test uses.
+fn bucket(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "idem-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn idem_s3(lake: &Lake, args: &[&str], extra: &[(&str, &str)]) -> std::process::Output {
+    let env = s3_env();
+    let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    all.extend_from_slice(extra);
+    idem_in(lake.path(), args, &all)
+}
+
+#[test]
+fn a_source_on_s3_gives_the_same_table_as_the_same_files_on_disk() {
+    let lake = Lake::new();
+    let b = bucket("src");
+    let url = format!("s3://{b}/raw/orders/");
+    let raw = lake.join("testdata/lake/raw/orders");
+    let keys = readers(&["s3-put", s3_endpoint(), raw.to_str().unwrap(), &url]);
+    assert_eq!(keys.as_array().unwrap().len(), 7, "{keys}");
+
+    let local = lake.job(
+        "local",
+        &std::fs::read_to_string(lake.join("testdata/jobs/fct_orders.toml"))
+            .unwrap()
+            .replace("lake/analytics/fct_orders/", "out/local/"),
+    );
+    let remote = lake.job(
+        "remote",
+        &std::fs::read_to_string(lake.join("testdata/jobs/fct_orders.toml"))
+            .unwrap()
+            .replace("testdata/lake/raw/orders/", &url)
+            .replace("lake/analytics/fct_orders/", "out/remote/"),
+    );
+    let run = |job: &str| {
+        let out = idem_s3(&lake, &["run", job, "--date", "2026-06-03", "--json"], &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_lines(&out)
+    };
+    run(&local);
+    let first = run(&remote);
+    assert_eq!(
+        actions(&first),
+        vec![("dt=2026-06-03".into(), "written".into())]
+    );
+    // The same rows: equal digests, and the independent readers agree.
+    let l = status_digests(&lake, lake.join("out/local").to_str().unwrap());
+    let r = status_digests(&lake, lake.join("out/remote").to_str().unwrap());
+    assert_eq!(l, r);
+    assert_eq!(
+        readers(&["table", lake.join("out/local").to_str().unwrap()]),
+        readers(&["table", lake.join("out/remote").to_str().unwrap()])
+    );
+    // The manifest records the object it read, by URL, size and ETag.
+    let manifest = idem_io::manifest::read_from_file(
+        &lake.join("out/remote/dt=2026-06-03/part-00000.parquet"),
+    )
+    .unwrap()
+    .unwrap();
+    let inputs: Vec<&str> = manifest
+        .run
+        .inputs
+        .iter()
+        .map(|i| i.path.as_str())
+        .collect();
+    assert_eq!(
+        inputs,
+        [format!("{url}created_date=2026-06-03/part-0.parquet").as_str()],
+        "{:?}",
+        manifest.run.inputs
+    );
+    assert!(manifest.run.inputs[0].etag.is_some());
+    // A re-run reads the same objects: unchanged.
+    let again = run(&remote);
+    assert_eq!(
+        actions(&again),
+        vec![("dt=2026-06-03".into(), "unchanged".into())]
+    );
+}
+
+#[test]
+fn storage_options_in_the_job_and_bad_urls_are_explained() {
+    let lake = Lake::new();
+    let b = bucket("opt");
+    let url = format!("s3://{b}/raw/orders/");
+    let raw = lake.join("testdata/lake/raw/orders");
+    readers(&["s3-put", s3_endpoint(), raw.to_str().unwrap(), &url]);
+    let text = std::fs::read_to_string(lake.join("testdata/jobs/fct_orders.toml"))
+        .unwrap()
+        .replace("testdata/lake/raw/orders/", &url)
+        .replace("lake/analytics/fct_orders/", "out/opt/");
+    // The endpoint and http permission from the job, not the environment.
+    let with_opts = lake.job(
+        "opts",
+        &format!(
+            "{text}\n[storage]\nendpoint = \"{}\"\nallow_http = true\npath_style = true\nregion = \"us-east-1\"\n",
+            s3_endpoint()
+        ),
+    );
+    let out = idem_in(
+        lake.path(),
+        &["run", &with_opts, "--date", "2026-06-02"],
+        &[
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // An unknown storage option is named.
+    let bad = lake.job("bad", &format!("{text}\n[storage]\nendpont = \"x\"\n"));
+    let out = idem_s3(&lake, &["run", &bad, "--date", "2026-06-02"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("endpont"), "{err}");
+    // A prefix with no objects says so, naming the URL.
+    let empty = lake.job(
+        "empty",
+        &text.replace(&url, &format!("s3://{b}/nothing/here/")),
+    );
+    let out = idem_s3(&lake, &["run", &empty, "--date", "2026-06-02"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("s3://{b}/nothing/here/")), "{err}");
+    // An unsupported scheme is refused by name.
+    let gopher = lake.job("gopher", &text.replace(&url, "gopher://b/raw/"));
+    let out = idem_s3(&lake, &["run", &gopher, "--date", "2026-06-02"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("gopher://"), "{err}");
+}

@@ -1,0 +1,118 @@
+//! Storage URLs: where a source or table lives, and the object store that reaches it.
+//!
+//! A plain path (or `file://`) is the local filesystem. `s3://bucket/prefix` is Amazon
+//! S3 or any S3-compatible server (built with the `s3` feature, on by default).
+//! Credentials and defaults come from the usual AWS environment variables
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+//! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`); a job's `[storage]` options override them,
+//! so a MinIO-like server needs no profile. Transient errors are retried with
+//! exponential backoff (object_store's retry configuration).
+
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Options for object stores, from a job's `[storage]` table (or the CLI).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageOptions {
+    /// The S3 endpoint, e.g. `http://127.0.0.1:9000` for a local server.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// Permit `http://` endpoints.
+    pub allow_http: Option<bool>,
+    /// Path-style addressing (`endpoint/bucket/key`), which most S3-compatible servers
+    /// need; virtual-hosted style (`bucket.endpoint/key`) when false.
+    pub path_style: Option<bool>,
+}
+
+/// Whether `path` names an object store rather than the local filesystem.
+pub fn is_url(path: &str) -> bool {
+    path.contains("://") && !path.starts_with("file://")
+}
+
+/// The scheme and bucket of a URL (`s3://bucket`), under which its store is registered.
+pub fn store_base(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let bucket = rest.split('/').next().filter(|b| !b.is_empty())?;
+    Some(format!("{scheme}://{bucket}"))
+}
+
+/// Builds the object store for `url`'s bucket.
+pub fn object_store(url: &str, opts: &StorageOptions) -> Result<Arc<dyn ObjectStore>> {
+    let bad = |reason: String| Error::Url {
+        url: url.to_string(),
+        reason,
+    };
+    let base = store_base(url).ok_or_else(|| bad("expected scheme://bucket/path".into()))?;
+    let scheme = base.split("://").next().unwrap_or_default();
+    match scheme {
+        #[cfg(feature = "s3")]
+        "s3" | "s3a" => {
+            use object_store::aws::AmazonS3Builder;
+            let mut b = AmazonS3Builder::from_env().with_url(&base);
+            if let Some(e) = &opts.endpoint {
+                b = b.with_endpoint(e);
+            }
+            if let Some(r) = &opts.region {
+                b = b.with_region(r);
+            }
+            if let Some(h) = opts.allow_http {
+                b = b.with_allow_http(h);
+            }
+            if let Some(p) = opts.path_style {
+                b = b.with_virtual_hosted_style_request(!p);
+            }
+            let store = b.build().map_err(|e| bad(e.to_string()))?;
+            Ok(Arc::new(store))
+        }
+        other => Err(bad(format!(
+            "`{other}://` is not supported by this build{}",
+            if cfg!(feature = "s3") {
+                " (supported: s3://)"
+            } else {
+                " (built without the `s3` feature)"
+            }
+        ))),
+    }
+}
+
+/// The object's key under its bucket: `s3://bucket/a/b` → `a/b`.
+pub fn key_of(url: &str) -> String {
+    url.split_once("://")
+        .map(|(_, rest)| rest.split_once('/').map(|(_, k)| k).unwrap_or(""))
+        .unwrap_or(url)
+        .trim_start_matches('/')
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_into_store_and_key() {
+        assert!(is_url("s3://b/raw/orders/"));
+        assert!(!is_url("/data/raw"));
+        assert!(!is_url("file:///data/raw"));
+        assert_eq!(store_base("s3://b/raw/orders/").as_deref(), Some("s3://b"));
+        assert_eq!(store_base("s3:///x"), None);
+        assert_eq!(
+            key_of("s3://b/raw/orders/x.parquet"),
+            "raw/orders/x.parquet"
+        );
+        assert_eq!(key_of("s3://b"), "");
+    }
+
+    #[test]
+    fn unknown_schemes_are_refused_by_name() {
+        let e = object_store("gopher://b/x", &StorageOptions::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("gopher://"), "{e}");
+    }
+}
