@@ -142,6 +142,13 @@ pub enum Mode {
     Merge,
 }
 
+impl Target {
+    /// Whether the table lives on an object store.
+    pub fn is_remote(&self) -> bool {
+        idem_io::store::is_url(&self.path.to_string_lossy())
+    }
+}
+
 /// A validated job.
 #[derive(Clone, Debug)]
 pub struct Job {
@@ -176,6 +183,8 @@ pub struct Source {
 
 #[derive(Clone, Debug)]
 pub struct Target {
+    /// A local path, or an object-store URL (`s3://bucket/prefix/table`) kept as given
+    /// (see [`Target::is_remote`]).
     pub path: PathBuf,
     pub partition_by: Vec<String>,
     pub mode: Mode,
@@ -242,9 +251,14 @@ impl Job {
 
         let t = &file.target;
         let target_path = expand(&t.path).map_err(|m| invalid(format!("[target] path: {m}")))?;
-        if target_path.contains("://") {
+        let remote = idem_io::store::is_url(&target_path);
+        if remote
+            && idem_io::store::key_of(&target_path)
+                .trim_matches('/')
+                .is_empty()
+        {
             return Err(invalid(format!(
-                "[target] path `{target_path}`: only local paths are supported by this build"
+                "[target] path `{target_path}`: a table needs a prefix inside the bucket (s3://bucket/table)"
             )));
         }
         let mut seen = std::collections::HashSet::new();
@@ -297,7 +311,16 @@ impl Job {
                 byte_size(size).map_err(|m| invalid(format!("[target] file_size: {m}")))?;
         }
         let target = Target {
-            path: absolute(target_path.trim_end_matches('/')),
+            path: if remote {
+                PathBuf::from(target_path.trim_end_matches('/'))
+            } else {
+                absolute(
+                    target_path
+                        .strip_prefix("file://")
+                        .unwrap_or(&target_path)
+                        .trim_end_matches('/'),
+                )
+            },
             partition_by: t.partition_by.clone(),
             mode: t.mode,
             key: t.key.clone(),

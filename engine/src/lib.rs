@@ -19,6 +19,7 @@ pub mod run;
 pub mod session;
 mod sql;
 pub mod status;
+pub mod table;
 pub mod verify;
 pub mod window;
 

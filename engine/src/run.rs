@@ -18,7 +18,6 @@ use arrow::record_batch::RecordBatch;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
 use futures::StreamExt;
-use idem_io::commit::local::LocalTable;
 use idem_io::commit::{Checked, CommitBackend, PublishMode};
 use idem_io::failpoint;
 use idem_io::hive::PartitionPath;
@@ -444,7 +443,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     };
 
     observer.phase("planning");
-    let table = LocalTable::new(&job.target.path);
+    let table = crate::table::open(&job)?;
     table.prepare().map_err(storage)?;
     let run_id = new_run_id();
     let _lock = table.lock_run(&run_id).map_err(storage)?;
@@ -463,14 +462,24 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                 vec![PartitionPath::root()]
             } else {
                 // The window's partitions are rewritten even where no key matched.
-                owned_partitions(&job, &table, &window, time.as_ref()).map_err(storage)?
+                owned_partitions(&job, table.as_ref(), &window, time.as_ref()).map_err(storage)?
             };
             (Some(delete_scope(&job, &window, time.as_ref())?), owned)
         } else {
             (None, Vec::new())
         };
+        let Some(local) = table.as_local() else {
+            return Err(Error::JobInvalid {
+                path: job.path.clone(),
+                message: format!(
+                    "[target] mode = \"merge\" into a table on an object store ({}) is not \
+                     supported yet; merge into a local table",
+                    job.target.path.display()
+                ),
+            });
+        };
         let m =
-            match crate::merge::prepare(&job, &ctx, df, &output, &table, scope.as_deref(), &owned)
+            match crate::merge::prepare(&job, &ctx, df, &output, local, scope.as_deref(), &owned)
                 .await
             {
                 Ok(m) => m,
@@ -488,7 +497,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         Ok(plan) => plan,
         Err(e) => return Err(explain(&job, &ctx, exec_err(e)).await),
     };
-    let root = table.root().to_string_lossy().into_owned();
+    let root = table.location();
     let inputs: Vec<InputFile> = merge_inputs
         .unwrap_or_else(|| crate::session::inputs_of(&plan, &job))
         .into_iter()
@@ -520,13 +529,13 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     .await;
     let result = match staged {
         Ok(writers) => {
-            let table2 = table.clone();
+            let table2 = Arc::clone(&table);
             let job2 = job.clone();
             let observer2 = Arc::clone(&observer);
             let finalized = tokio::task::spawn_blocking(move || {
                 finalize(
                     &job2,
-                    &table2,
+                    table2.as_ref(),
                     &window,
                     time.as_ref(),
                     merge_affected.as_deref(),
@@ -548,11 +557,17 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                             // Checks passed: only now can a partition become `Checked`.
                             let checked: Vec<Checked> =
                                 staged.into_iter().map(Checked::new).collect();
-                            let table2 = table.clone();
+                            let table2 = Arc::clone(&table);
                             let job2 = job.clone();
                             let observer2 = Arc::clone(&observer);
                             tokio::task::spawn_blocking(move || {
-                                publish_all(&job2, &table2, checked, warnings, observer2.as_ref())
+                                publish_all(
+                                    &job2,
+                                    table2.as_ref(),
+                                    checked,
+                                    warnings,
+                                    observer2.as_ref(),
+                                )
                             })
                             .await
                             .expect("publish task panicked")
@@ -598,7 +613,7 @@ type Writers = BTreeMap<PartitionPath, PartitionWriter>;
 #[allow(clippy::too_many_arguments)]
 async fn stage(
     job: &Job,
-    table: &LocalTable,
+    table: &Arc<dyn CommitBackend>,
     run_id: &str,
     ctx: &SessionContext,
     plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
@@ -611,7 +626,7 @@ async fn stage(
     let data_schema = Arc::clone(router.data_schema());
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(PartitionPath, RecordBatch)>(8);
 
-    let table2 = table.clone();
+    let table2 = Arc::clone(table);
     let run_id2 = run_id.to_string();
     let opts = job.target.writer.clone();
     let kept = Arc::clone(kept);
@@ -636,23 +651,24 @@ async fn stage(
                 let w = match writers.get_mut(&p) {
                     Some(w) => w,
                     None => {
-                        let w = new_writer(&table2, &run_id2, &p, &data_schema, &opts, &kept)?;
+                        let w =
+                            new_writer(table2.as_ref(), &run_id2, &p, &data_schema, &opts, &kept)?;
                         writers.entry(p.clone()).or_insert(w)
                     }
                 };
                 w.write(&batch).map_err(|source| Error::Write {
-                    target: table2.root().to_path_buf(),
+                    target: table2.location().into(),
                     partition: p.to_string(),
                     source,
                 })?;
                 if rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed) == 0 {
                     failpoint::hit("after_first_batch").map_err(|source| Error::Storage {
-                        target: table2.root().to_path_buf(),
+                        target: table2.location().into(),
                         source,
                     })?;
                 }
                 enforce_budget(&mut writers).map_err(|source| Error::Storage {
-                    target: table2.root().to_path_buf(),
+                    target: table2.location().into(),
                     source,
                 })?;
             }
@@ -715,7 +731,7 @@ async fn stage(
 type Kept = BTreeMap<PartitionPath, (Vec<KeptFile>, u64)>;
 
 fn new_writer(
-    table: &LocalTable,
+    table: &dyn CommitBackend,
     run_id: &str,
     p: &PartitionPath,
     data_schema: &SchemaRef,
@@ -723,7 +739,7 @@ fn new_writer(
     kept: &Kept,
 ) -> Result<PartitionWriter> {
     let storage = |source| Error::Storage {
-        target: table.root().to_path_buf(),
+        target: table.location().into(),
         source,
     };
     let mut w = PartitionWriter::new(
@@ -759,7 +775,7 @@ fn enforce_budget(writers: &mut Writers) -> idem_io::Result<()> {
 #[allow(clippy::too_many_arguments)]
 fn finalize(
     job: &Job,
-    table: &LocalTable,
+    table: &dyn CommitBackend,
     window: &Window,
     time: Option<&TimeColumn>,
     merge_affected: Option<&[PartitionPath]>,
@@ -858,7 +874,7 @@ fn finalize(
 /// schema and left alone when equal, else swapped in atomically.
 fn publish_all(
     job: &Job,
-    table: &LocalTable,
+    table: &dyn CommitBackend,
     checked: Vec<Checked>,
     mut warnings: Vec<String>,
     observer: &dyn Observer,
@@ -915,6 +931,20 @@ fn publish_all(
             (Action::Unchanged, None)
         } else {
             let published = table.publish(part).map_err(storage)?;
+            if published.mode == PublishMode::AlreadyLive {
+                // Another writer committed these very rows first.
+                reports.push(PartitionReport {
+                    partition: name,
+                    action: Action::Unchanged,
+                    rows,
+                    bytes,
+                    files,
+                    digest,
+                    publish: Some(published.mode),
+                    ms: t.elapsed().as_millis() as u64,
+                });
+                continue;
+            }
             if published.mode == PublishMode::NonAtomicFallback {
                 warnings.push(format!(
                     "{name}: the filesystem does not support atomic directory exchange; \
@@ -924,7 +954,7 @@ fn publish_all(
             // Logged once the new partition is durable; a crash in between loses only
             // the event, and `idem stale` still sees the changed digest.
             if let Some(event) = restated {
-                idem_io::log::append(&table.log_dir(), &event).map_err(storage)?;
+                table.append_log(&event).map_err(storage)?;
             }
             failpoint::hit("after_publish_one").map_err(storage)?;
             let action = if rows == 0 {
@@ -965,7 +995,7 @@ fn staged_bytes(part: &WrittenPartition) -> u64 {
 /// unpartitioned table is owned whole by every run.
 fn owned_partitions(
     job: &Job,
-    table: &LocalTable,
+    table: &dyn CommitBackend,
     window: &Window,
     time: Option<&TimeColumn>,
 ) -> idem_io::Result<Vec<PartitionPath>> {
@@ -1008,7 +1038,9 @@ fn check_schema_change(job: &Job, output: &SchemaRef) -> Result<()> {
     if job.target.on_schema_change == OnSchemaChange::Allow {
         return Ok(());
     }
-    let table = LocalTable::new(&job.target.path);
+    let Ok(table) = crate::table::open(job) else {
+        return Ok(());
+    };
     let Ok(mut partitions) = table.live_partitions(job.target.partition_by.len()) else {
         return Ok(());
     };

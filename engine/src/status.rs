@@ -34,6 +34,80 @@ pub struct PartitionStatus {
     pub changed_input: Option<String>,
 }
 
+/// The status of a table on an object store, read through its partitions' markers
+/// (storage options from the AWS_* environment).
+fn remote_status(url: &str) -> idem_io::Result<TableStatus> {
+    use idem_io::commit::CommitBackend;
+    let staging = std::env::temp_dir().join("idem-staging");
+    let table = idem_io::commit::object::ObjectTable::new(url, &Default::default(), &staging)?;
+    let mut partitions = Vec::new();
+    for p in table.partitions()? {
+        let s = match table.live_state(&p)? {
+            Some(LiveState::Managed(m)) => managed_status(&p, *m, None),
+            Some(LiveState::Foreign { files }) => foreign_status(&p, files.len(), 0),
+            None => continue,
+        };
+        partitions.push(s);
+    }
+    Ok(TableStatus {
+        table: url.to_string(),
+        rows: partitions.iter().filter_map(|p| p.rows).sum(),
+        bytes: partitions.iter().map(|p| p.bytes).sum(),
+        partitions,
+        staging: table.staged_runs()?,
+    })
+}
+
+fn managed_status(
+    p: &PartitionPath,
+    m: idem_io::manifest::Manifest,
+    bytes: Option<u64>,
+) -> PartitionStatus {
+    let changed = crate::freshness::first_changed(&m.run.inputs);
+    let input_state = if m.run.inputs.is_empty() {
+        "none"
+    } else if changed.is_some() {
+        "changed"
+    } else {
+        "current"
+    };
+    PartitionStatus {
+        partition: p.to_string(),
+        state: "managed",
+        rows: Some(m.rows),
+        files: m.files.len(),
+        bytes: bytes.unwrap_or(m.data_bytes),
+        digest: Some(m.digest),
+        job: Some(m.run.job),
+        job_fingerprint: Some(m.run.job_fingerprint),
+        logical_date: Some(m.run.logical_date),
+        run_id: Some(m.run.run_id),
+        idem_version: Some(m.run.idem_version),
+        inputs: Some(m.run.inputs.len()),
+        input_state: Some(input_state),
+        changed_input: changed,
+    }
+}
+
+fn foreign_status(p: &PartitionPath, files: usize, bytes: u64) -> PartitionStatus {
+    PartitionStatus {
+        partition: p.to_string(),
+        state: "foreign",
+        rows: None,
+        files,
+        bytes,
+        digest: None,
+        job: None,
+        job_fingerprint: None,
+        logical_date: None,
+        run_id: None,
+        idem_version: None,
+        inputs: None,
+        input_state: None,
+        changed_input: None,
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct TableStatus {
     pub table: String,
@@ -49,6 +123,10 @@ pub fn status(root: &Path) -> Result<TableStatus> {
         path: root.to_path_buf(),
         message,
     };
+    let url = root.to_string_lossy();
+    if idem_io::store::is_url(&url) {
+        return remote_status(&url).map_err(|e| table_err(e.to_string()));
+    }
     if !root.is_dir() {
         return Err(table_err(if root.exists() {
             "is not a directory".into()
@@ -71,48 +149,8 @@ pub fn status(root: &Path) -> Result<TableStatus> {
             .sum();
         let state = read_partition(&dir).map_err(|e| table_err(e.to_string()))?;
         let s = match state {
-            LiveState::Managed(m) => {
-                let changed = crate::freshness::first_changed(&m.run.inputs);
-                let input_state = if m.run.inputs.is_empty() {
-                    "none"
-                } else if changed.is_some() {
-                    "changed"
-                } else {
-                    "current"
-                };
-                PartitionStatus {
-                    partition: p.to_string(),
-                    state: "managed",
-                    rows: Some(m.rows),
-                    files: files.len(),
-                    bytes,
-                    digest: Some(m.digest),
-                    job: Some(m.run.job),
-                    job_fingerprint: Some(m.run.job_fingerprint),
-                    logical_date: Some(m.run.logical_date),
-                    run_id: Some(m.run.run_id),
-                    idem_version: Some(m.run.idem_version),
-                    inputs: Some(m.run.inputs.len()),
-                    input_state: Some(input_state),
-                    changed_input: changed,
-                }
-            }
-            LiveState::Foreign { .. } => PartitionStatus {
-                partition: p.to_string(),
-                state: "foreign",
-                rows: None,
-                files: files.len(),
-                bytes,
-                digest: None,
-                job: None,
-                job_fingerprint: None,
-                logical_date: None,
-                run_id: None,
-                idem_version: None,
-                inputs: None,
-                input_state: None,
-                changed_input: None,
-            },
+            LiveState::Managed(m) => managed_status(&p, *m, Some(bytes)),
+            LiveState::Foreign { .. } => foreign_status(&p, files.len(), bytes),
         };
         partitions.push(s);
     }

@@ -26,11 +26,17 @@ pub struct Restatement {
     pub replaced_run_id: String,
 }
 
+/// The event's file (or object) name: the run id, which starts with the run's UTC
+/// start time, and a hash of the partition.
+pub fn file_name(event: &Restatement) -> String {
+    let key = xxhash_rust::xxh3::xxh3_64(event.partition.as_bytes());
+    format!("{}-{key:016x}.json", event.run_id)
+}
+
 /// Appends an event to the log in `dir`.
 pub fn append(dir: &Path, event: &Restatement) -> Result<()> {
     durable::create_dir_all(dir)?;
-    let key = xxhash_rust::xxh3::xxh3_64(event.partition.as_bytes());
-    let path = dir.join(format!("{}-{key:016x}.json", event.run_id));
+    let path = dir.join(file_name(event));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -6,6 +6,13 @@
     readers.py files DIR            the data files each engine reads from DIR
     readers.py s3-put ENDPOINT DIR s3://BUCKET/PREFIX
                                     uploads DIR's files (creating the bucket)
+    readers.py s3-get ENDPOINT s3://BUCKET/PREFIX DIR
+                                    downloads what a plain lister sees under PREFIX
+    readers.py s3-list ENDPOINT s3://BUCKET/PREFIX
+                                    the keys under PREFIX
+    readers.py s3-watch ENDPOINT s3://BUCKET/META/markers/P.json s3://BUCKET/TABLE/P STOPFILE
+                                    reads the partition through its marker until STOPFILE
+                                    exists: every file the marker lists must exist
 
 Rows are printed as one JSON list: each row an object of column -> value rendered as
 text (so DATE and '2026-06-04' compare equal across engines), sorted.
@@ -122,6 +129,75 @@ def s3_put(endpoint, local, url):
     return sorted(keys)
 
 
+def split(url):
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    return bucket, prefix
+
+
+def s3_list(endpoint, url):
+    bucket, prefix = split(url)
+    s3 = s3_client(endpoint)
+    keys = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys.extend(o["Key"] for o in page.get("Contents", []))
+    return sorted(keys)
+
+
+def s3_get(endpoint, url, local):
+    import os
+
+    bucket, prefix = split(url)
+    s3 = s3_client(endpoint)
+    keys = s3_list(endpoint, url)
+    for k in keys:
+        path = os.path.join(local, os.path.relpath(k, prefix))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        s3.download_file(bucket, k, path)
+    return keys
+
+
+def s3_watch(endpoint, marker_url, part_url, stop):
+    """Reads a partition through its marker, as idem does, until `stop` exists."""
+    import os
+
+    bucket, marker_key = split(marker_url)
+    _, part = split(part_url)
+    s3 = s3_client(endpoint)
+
+    def marker():
+        try:
+            o = s3.get_object(Bucket=bucket, Key=marker_key)
+            return o["ETag"], json.loads(o["Body"].read())
+        except s3.exceptions.NoSuchKey:
+            return None, None
+
+    def exists(key):
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+            return True
+        except Exception:
+            return False
+
+    reads, violations, versions = 0, [], set()
+    while not os.path.exists(stop):
+        etag, m = marker()
+        if m is None:
+            continue
+        missing = [
+            f["name"]
+            for f in m["files"]
+            if not exists(f"{part}/{f['name']}") and not exists(f"{m['staging']}/{f['staged']}")
+        ]
+        again, _ = marker()
+        if again != etag:
+            continue  # the marker moved while reading: read again
+        reads += 1
+        versions.add(m["seq"])
+        if missing:
+            violations.append({"seq": m["seq"], "missing": missing})
+    return {"reads": reads, "markers_seen": len(versions), "violations": violations}
+
+
 def main():
     cmd, arg = sys.argv[1], sys.argv[2]
     if cmd == "table":
@@ -144,6 +220,12 @@ def main():
         print(json.dumps(rows_out([dict(zip(cols, r)) for r in rel.fetchall()])))
     elif cmd == "files":
         print(json.dumps(files(arg.rstrip("/"))))
+    elif cmd == "s3-get":
+        print(json.dumps(s3_get(arg, sys.argv[3], sys.argv[4])))
+    elif cmd == "s3-list":
+        print(json.dumps(s3_list(arg, sys.argv[3])))
+    elif cmd == "s3-watch":
+        print(json.dumps(s3_watch(arg, sys.argv[3], sys.argv[4], sys.argv[5])))
     elif cmd == "s3-put":
         # s3-put ENDPOINT LOCAL_DIR s3://bucket/prefix: create the bucket if needed and
         # upload every file under LOCAL_DIR, keeping relative paths.

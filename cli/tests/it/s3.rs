@@ -146,3 +146,261 @@ fn storage_options_in_the_job_and_bad_urls_are_explained() {
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("gopher://"), "{err}");
 }
+
+// ---------------------------------------------------------------- tables on S3
+
+const MONTH_JOB: &str = r#"
+name = "crashy"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = """
+select order_id, customer_id, amount_usd, status, created_date as dt
+from orders
+where created_date >= $run_date and created_date < cast($run_end as date)
+"""
+[target]
+path = "TARGET"
+partition_by = ["dt"]
+grain = "month"
+row_group_rows = 200
+"#;
+
+/// A lake whose month job writes to a fresh bucket; the second source state (B) is the
+/// same days regenerated with another seed.
+struct S3Lake {
+    lake: Lake,
+    bucket: String,
+    job: String,
+    local_job: String,
+    b: tempfile::TempDir,
+}
+
+impl S3Lake {
+    fn new(tag: &str) -> S3Lake {
+        let lake = Lake::new();
+        let bucket = bucket(tag);
+        let empty = tempfile::tempdir().unwrap();
+        readers(&[
+            "s3-put",
+            s3_endpoint(),
+            empty.path().to_str().unwrap(),
+            &format!("s3://{bucket}/"),
+        ]);
+        let job = lake.job(
+            "crashy",
+            &MONTH_JOB.replace("TARGET", &format!("s3://{bucket}/lake/crashy")),
+        );
+        let local_job = lake.job("crashy_local", &MONTH_JOB.replace("TARGET", "out/crashy"));
+        let b = tempfile::tempdir().unwrap();
+        let spec = idem_testdata::OrdersSpec {
+            seed: 9,
+            ..Default::default()
+        };
+        idem_testdata::write_orders(b.path(), &spec).unwrap();
+        S3Lake {
+            lake,
+            bucket,
+            job,
+            local_job,
+            b,
+        }
+    }
+
+    fn url(&self, rel: &str) -> String {
+        format!("s3://{}/{rel}", self.bucket)
+    }
+
+    fn idem(&self, args: &[&str], extra: &[(&str, &str)]) -> std::process::Output {
+        idem_s3(&self.lake, args, extra)
+    }
+
+    fn run_ok(&self, job: &str) -> Vec<serde_json::Value> {
+        let out = self.idem(&["run", job, "--date", "2026-06", "--json"], &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_lines(&out)
+    }
+
+    /// Replaces one day of the source with state B (or all days when `day` is None).
+    fn switch_to_b(&self, day: Option<&str>) {
+        let raw = self.lake.join("testdata/lake/raw/orders");
+        match day {
+            None => copy_dir(self.b.path(), &raw),
+            Some(d) => copy_dir(
+                &self.b.path().join(format!("created_date={d}")),
+                &raw.join(format!("created_date={d}")),
+            ),
+        }
+    }
+
+    /// partition -> digest through the markers, asserting every partition is managed.
+    fn digests(&self) -> std::collections::BTreeMap<String, String> {
+        let out = self.idem(&["status", &self.url("lake/crashy"), "--json"], &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        s["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                assert_eq!(p["state"], "managed", "{p}");
+                (
+                    p["partition"].as_str().unwrap().to_string(),
+                    p["digest"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    fn keys(&self, rel: &str) -> Vec<String> {
+        readers(&["s3-list", s3_endpoint(), &self.url(rel)])
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// What a plain reader sees: the table downloaded, read by DuckDB, Polars, pyarrow.
+    fn plain_rows(&self) -> serde_json::Value {
+        let dir = tempfile::tempdir().unwrap();
+        readers(&[
+            "s3-get",
+            s3_endpoint(),
+            &self.url("lake/crashy/"),
+            dir.path().to_str().unwrap(),
+        ]);
+        readers(&["table", dir.path().to_str().unwrap()])
+    }
+
+    /// The clean state: every partition holds exactly its marker's files, nothing is
+    /// staged, and the digests are `expected`.
+    fn assert_clean(&self, expected: &std::collections::BTreeMap<String, String>, context: &str) {
+        assert_eq!(&self.digests(), expected, "{context}");
+        let data = self.keys("lake/crashy/");
+        assert_eq!(data.len(), expected.len(), "{context}: {data:?}");
+        assert!(
+            self.keys("lake/_idem/crashy/staging/").is_empty(),
+            "{context}: staging left behind"
+        );
+    }
+}
+
+#[test]
+fn a_table_on_s3_equals_the_table_on_disk_and_a_rerun_writes_nothing() {
+    let s = S3Lake::new("tbl");
+    let first = s.run_ok(&s.job);
+    assert_eq!(actions(&first).len(), 7);
+    assert!(actions(&first).iter().all(|(_, a)| a == "written"));
+    s.run_ok(&s.local_job);
+    let local = status_digests(&s.lake, "out/crashy");
+    assert_eq!(s.digests(), local);
+    // A plain reader of the bucket sees exactly the rows of the local table.
+    assert_eq!(
+        s.plain_rows(),
+        readers(&["table", s.lake.join("out/crashy").to_str().unwrap()])
+    );
+    let data = s.keys("lake/crashy/");
+    assert!(
+        data.iter()
+            .all(|k| k.ends_with("/part-000001-00000.parquet")),
+        "{data:?}"
+    );
+    assert_eq!(s.keys("lake/_idem/crashy/markers/").len(), 7);
+
+    // The same run again: unchanged, not one object written.
+    let again = s.run_ok(&s.job);
+    assert!(actions(&again).iter().all(|(_, a)| a == "unchanged"));
+    assert_eq!(s.keys("lake/crashy/"), data);
+
+    // One changed source day rewrites that partition only, under the next sequence
+    // number; its old file is gone, the restatement is logged.
+    s.switch_to_b(Some("2026-06-03"));
+    let changed = s.run_ok(&s.job);
+    let written: Vec<_> = actions(&changed)
+        .into_iter()
+        .filter(|(_, a)| a == "written")
+        .collect();
+    assert_eq!(written, vec![("dt=2026-06-03".into(), "written".into())]);
+    let now = s.keys("lake/crashy/");
+    assert!(
+        now.contains(&"lake/crashy/dt=2026-06-03/part-000002-00000.parquet".to_string()),
+        "{now:?}"
+    );
+    assert_eq!(now.len(), 7, "{now:?}");
+    assert_eq!(s.keys("lake/_idem/crashy/log/").len(), 1);
+    s.run_ok(&s.local_job);
+    assert_eq!(s.digests(), status_digests(&s.lake, "out/crashy"));
+    assert!(s.keys("lake/_idem/crashy/staging/").is_empty());
+}
+
+#[test]
+fn a_failed_check_on_s3_leaves_the_live_partitions_untouched() {
+    let s = S3Lake::new("chk");
+    s.run_ok(&s.job);
+    let before = s.keys("lake/");
+    s.switch_to_b(None);
+    let strict = s.lake.job(
+        "strict",
+        &format!(
+            "{}\n[checks]\nmin_rows = 100000\n",
+            std::fs::read_to_string(s.lake.join(&s.job)).unwrap()
+        ),
+    );
+    let out = s.idem(&["run", &strict, "--date", "2026-06"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(s.keys("lake/"), before);
+}
+
+#[test]
+fn abort_at_every_failpoint_on_s3_then_rerun() {
+    let s = S3Lake::new("fp");
+    s.run_ok(&s.job);
+    let old = s.digests();
+    s.switch_to_b(None);
+    // The reference state B, from a local run of the same job.
+    s.run_ok(&s.local_job);
+    let new = status_digests(&s.lake, "out/crashy");
+    for point in [
+        "after_first_batch",
+        "after_row_group",
+        "after_footers",
+        "after_stage",
+        "before_publish",
+        "before_swap",
+        "after_swap",
+        "after_apply_copy",
+        "after_publish_one",
+    ] {
+        let spec = format!("{point}=abort");
+        let out = s.idem(
+            &["run", &s.job, "--date", "2026-06"],
+            &[("IDEM_FAILPOINTS", &spec)],
+        );
+        assert!(!out.status.success(), "{point}: the run should have died");
+        // Every partition is old or new, through its marker.
+        for (p, d) in s.digests() {
+            assert!(d == old[&p] || d == new[&p], "{point}: {p} is neither");
+        }
+        s.run_ok(&s.job);
+        s.assert_clean(&new, point);
+        // Back to state A for the next point.
+        copy_dir(
+            &crate::common::repo_root().join("testdata/lake/raw/orders"),
+            &s.lake.join("testdata/lake/raw/orders"),
+        );
+        s.run_ok(&s.job);
+        assert_eq!(s.digests(), old, "{point}: back to A");
+        s.switch_to_b(None);
+    }
+}

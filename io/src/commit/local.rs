@@ -351,6 +351,30 @@ fn absolute(p: &Path) -> PathBuf {
 }
 
 impl CommitBackend for LocalTable {
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn prepare(&self) -> Result<()> {
+        LocalTable::prepare(self)
+    }
+
+    fn lock_run(&self, run_id: &str) -> Result<Box<dyn std::any::Any + Send>> {
+        Ok(Box::new(LocalTable::lock_run(self, run_id)?))
+    }
+
+    fn clean_dead_runs(&self) -> Result<Vec<String>> {
+        LocalTable::clean_dead_runs(self)
+    }
+
+    fn append_log(&self, event: &crate::log::Restatement) -> Result<()> {
+        crate::log::append(&self.log_dir(), event)
+    }
+
+    fn as_local(&self) -> Option<&LocalTable> {
+        Some(self)
+    }
+
     fn staging_dir(&self, run_id: &str, p: &PartitionPath) -> PathBuf {
         self.meta.join("staging").join(run_id).join(p.rel_path())
     }

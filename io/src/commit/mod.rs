@@ -2,9 +2,10 @@
 //! `WrittenPartition` (staged, invisible to readers) → [`Checked`] (every check passed)
 //! → [`Published`], each consumed by value, so nothing can publish a partition that
 //! was not checked. Backends implement [`CommitBackend`]; `local` swaps directories
-//! with `renameat2`.
+//! with `renameat2`, `object` commits a per-partition marker with a conditional put.
 
 pub mod local;
+pub mod object;
 
 use std::path::PathBuf;
 
@@ -45,6 +46,11 @@ pub enum PublishMode {
     /// The filesystem has no `renameat2` flags: the old directory was renamed away and
     /// the new one renamed in; a reader listing between the two steps sees no partition.
     NonAtomicFallback,
+    /// Object store: the partition's marker was replaced by a conditional put (the
+    /// atomic point) and the files applied.
+    Committed,
+    /// Object store: another writer committed the same content first; nothing changed.
+    AlreadyLive,
 }
 
 #[derive(Debug)]
@@ -56,6 +62,21 @@ pub struct Published {
 
 /// A table's storage and its commit protocol.
 pub trait CommitBackend: Send + Sync {
+    /// The table's path or URL, for messages.
+    fn location(&self) -> String;
+    /// Creates what the backend needs before a run stages anything.
+    fn prepare(&self) -> Result<()>;
+    /// Marks run `run_id` live until the returned guard is dropped, so no other run
+    /// cleans up after it.
+    fn lock_run(&self, run_id: &str) -> Result<Box<dyn std::any::Any + Send>>;
+    /// Removes (or rolls forward) what dead runs left; returns their run ids.
+    fn clean_dead_runs(&self) -> Result<Vec<String>>;
+    /// Appends a restatement event to the table's log, never overwriting one.
+    fn append_log(&self, event: &crate::log::Restatement) -> Result<()>;
+    /// The local implementation, for what only it supports (merges).
+    fn as_local(&self) -> Option<&local::LocalTable> {
+        None
+    }
     /// Where a run stages partition `p` (outside the table root).
     fn staging_dir(&self, run_id: &str, p: &PartitionPath) -> PathBuf;
     /// Live partitions, found by listing `depth` levels of `col=value` directories.

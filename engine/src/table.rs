@@ -1,0 +1,29 @@
+//! Opens a job's target table with the commit protocol its storage needs.
+
+use std::sync::Arc;
+
+use idem_io::commit::CommitBackend;
+use idem_io::commit::local::LocalTable;
+use idem_io::commit::object::ObjectTable;
+
+use crate::error::{Error, Result};
+use crate::job::Job;
+
+/// The table at the job's target: a directory swapped with `renameat2`, or a prefix on
+/// an object store committed through per-partition markers (staged locally first, in
+/// `$IDEM_STAGING` or the system's temporary directory).
+pub fn open(job: &Job) -> Result<Arc<dyn CommitBackend>> {
+    if !job.target.is_remote() {
+        return Ok(Arc::new(LocalTable::new(&job.target.path)));
+    }
+    let url = job.target.path.to_string_lossy();
+    let staging = std::env::var_os("IDEM_STAGING")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("idem-staging"));
+    let table =
+        ObjectTable::new(&url, &job.storage, &staging).map_err(|source| Error::Storage {
+            target: job.target.path.clone(),
+            source,
+        })?;
+    Ok(Arc::new(table))
+}

@@ -1,0 +1,855 @@
+//! Publishing on an object store (S3 and kin), where there is no directory rename.
+//!
+//! Layout, for a table at `s3://bucket/lake/fct_orders`:
+//!
+//! ```text
+//! lake/fct_orders/dt=2026-06-01/part-000003-00000.parquet   data: seq 3, file 0
+//! lake/_idem/fct_orders/markers/dt=2026-06-01.json           the partition's commit marker
+//! lake/_idem/fct_orders/staging/<run id>/dt=2026-06-01/…     a run's uploaded files
+//! lake/_idem/fct_orders/log/<run id>-<hash>.json             restatement events
+//! ```
+//!
+//! A run writes each partition to a local staging directory (the same streaming writer
+//! as on disk), then publishes it in three steps:
+//!
+//! 1. **Upload** the files under `staging/<run id>/` (multipart, a few chunks in flight:
+//!    bounded memory; a failed upload is aborted, not left as orphaned parts).
+//! 2. **Commit**: put the partition's marker with a conditional put — `PutMode::Create`
+//!    when there is none, `PutMode::Update` against the version read. This is the atomic
+//!    point: the marker names sequence number `seq`, the run, the staged files and the
+//!    partition's manifest. Of concurrent writers exactly one wins each round; a loser
+//!    re-reads the marker and either finds the same digest (the partition is already
+//!    what it would write) or retries on top of the winner. An ambiguous answer (a lost
+//!    response, reported as a conflict on retry) is settled by reading the marker back
+//!    and comparing the run id.
+//! 3. **Apply**: server-side copy of the staged files into the partition as
+//!    `part-<seq>-<n>.parquet`, then delete every object of the partition that the
+//!    marker does not list and whose `seq` is older (or that idem did not write), then
+//!    delete the staged copies.
+//!
+//! Nothing uncommitted is ever written under the table root, and no file the live marker
+//! lists is ever deleted: deletes only touch older sequence numbers, and sequence numbers
+//! only grow. A run that dies after its commit leaves the apply half done; the next run
+//! (or `idem gc`) rolls it forward from the staged copies. idem reads a partition
+//! through its marker; a plain lister may see old and new files together only during
+//! the apply (a few copies and deletes).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion, WriteMultipart,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{Checked, CommitBackend, PublishMode, Published};
+use crate::error::{Error, Result};
+use crate::hive::PartitionPath;
+use crate::log::Restatement;
+use crate::manifest::{LiveState, Manifest};
+use crate::writer::WrittenPartition;
+
+/// Multipart chunk size, and how many chunks may be in flight per upload.
+const CHUNK: usize = 8 << 20;
+const IN_FLIGHT: usize = 4;
+/// Rounds of the commit loop before giving up on a partition other writers keep moving.
+const COMMIT_ROUNDS: usize = 16;
+/// A live run refreshes its lease this often; a lease not refreshed for `DEAD_AFTER`
+/// belongs to a dead run (on another machine: on this one, a dead pid says so at once).
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
+const DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A run's lease: `_idem/<table>/leases/<run id>.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Lease {
+    host: String,
+    pid: u32,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Keeps a run's lease fresh until dropped, then removes it.
+struct LeaseGuard {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The commit marker of one partition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    pub format: u32,
+    /// One more than the previous marker's; names the partition's data files.
+    pub seq: u64,
+    pub run_id: String,
+    /// Key prefix of the staged files the apply copies from.
+    pub staging: String,
+    /// Staged name → name in the partition.
+    pub files: Vec<MarkerFile>,
+    /// The partition's manifest, listing the files by their names in the partition.
+    pub manifest: Manifest,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkerFile {
+    pub staged: String,
+    pub name: String,
+    pub size: u64,
+}
+
+/// A table on an object store.
+#[derive(Clone, Debug)]
+pub struct ObjectTable {
+    url: String,
+    store: Arc<dyn ObjectStore>,
+    root: ObjectPath,
+    meta: ObjectPath,
+    local: PathBuf,
+}
+
+/// The runtime object-store calls run on: one per process, never dropped (a runtime
+/// cannot be dropped from inside another one's tasks).
+fn io_runtime() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("idem-store")
+            .enable_all()
+            .build()
+            .expect("start the object-store runtime")
+    })
+}
+
+impl ObjectTable {
+    /// Describes the table at `url` (`s3://bucket/prefix/table`); its metadata lives in
+    /// `s3://bucket/prefix/_idem/table/`, and runs stage their files locally under
+    /// `local_staging` before uploading them.
+    pub fn new(
+        url: &str,
+        options: &crate::store::StorageOptions,
+        local_staging: &Path,
+    ) -> Result<Self> {
+        let url = url.trim_end_matches('/').to_string();
+        let store = crate::store::object_store(&url, options)?;
+        let key = crate::store::key_of(&url);
+        if key.is_empty() {
+            return Err(Error::Url {
+                url,
+                reason: "a table needs a prefix inside the bucket (s3://bucket/table)".into(),
+            });
+        }
+        let (parent, name) = match key.rsplit_once('/') {
+            Some((p, n)) => (format!("{p}/"), n.to_string()),
+            None => (String::new(), key.clone()),
+        };
+        let local = local_staging.join(format!(
+            "{:016x}",
+            xxhash_rust::xxh3::xxh3_64(url.as_bytes())
+        ));
+        Ok(Self {
+            root: ObjectPath::from(key.as_str()),
+            meta: ObjectPath::from(format!("{parent}{}/{name}", super::local::META_DIR)),
+            url,
+            store,
+            local,
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Every partition of the table, at any depth: those with a marker, and the
+    /// directories holding data files another tool wrote.
+    pub fn partitions(&self) -> Result<Vec<PartitionPath>> {
+        let mut out = std::collections::BTreeSet::new();
+        for depth in self.block(self.depths())? {
+            out.extend(self.live_partitions(depth)?);
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    async fn depths(&self) -> Result<std::collections::BTreeSet<usize>> {
+        let mut depths = std::collections::BTreeSet::new();
+        for prefix in [
+            ObjectPath::from(format!("{}/markers", self.meta)),
+            self.root.clone(),
+        ] {
+            let listed: Vec<object_store::ObjectMeta> = self
+                .store
+                .list(Some(&prefix))
+                .try_collect()
+                .await
+                .map_err(self.err("list", &prefix))?;
+            for o in listed {
+                let Some(rel) = o.location.as_ref().strip_prefix(prefix.as_ref()) else {
+                    continue;
+                };
+                let levels = rel.trim_start_matches('/').split('/').count();
+                if rel.ends_with(".json") && rel.trim_start_matches('/') == "_table.json" {
+                    depths.insert(0);
+                } else if rel.ends_with(".json") {
+                    depths.insert(levels); // markers/dt=X.json: one level
+                } else if rel.ends_with(".parquet") {
+                    depths.insert(levels - 1);
+                }
+            }
+        }
+        Ok(depths)
+    }
+
+    /// Runs with staged uploads still present (in progress, dead, or not yet applied).
+    pub fn staged_runs(&self) -> Result<Vec<String>> {
+        self.block(async {
+            let staging = ObjectPath::from(format!("{}/staging", self.meta));
+            let listed = self
+                .store
+                .list_with_delimiter(Some(&staging))
+                .await
+                .map_err(self.err("list", &staging))?;
+            Ok(listed
+                .common_prefixes
+                .iter()
+                .filter_map(|p| p.filename().map(str::to_string))
+                .collect())
+        })
+    }
+
+    /// Runs `f` on the object-store runtime and waits for it (callable from anywhere,
+    /// including from inside another runtime).
+    fn block<T: Send>(&self, f: impl std::future::Future<Output = T> + Send) -> T {
+        std::thread::scope(|s| {
+            s.spawn(|| io_runtime().block_on(f))
+                .join()
+                .expect("object-store task panicked")
+        })
+    }
+
+    fn err(&self, op: &'static str, key: &ObjectPath) -> impl FnOnce(object_store::Error) -> Error {
+        let url = format!(
+            "{}/{}",
+            crate::store::store_base(&self.url).unwrap_or_default(),
+            key
+        );
+        move |source| Error::ObjectStore {
+            op,
+            url,
+            source: Box::new(source),
+        }
+    }
+
+    fn marker_key(&self, p: &PartitionPath) -> ObjectPath {
+        let rel = p.rel_path().to_string_lossy().into_owned();
+        let rel = if rel.is_empty() { "_table".into() } else { rel };
+        ObjectPath::from(format!("{}/markers/{rel}.json", self.meta))
+    }
+
+    fn partition_prefix(&self, p: &PartitionPath) -> ObjectPath {
+        let rel = p.rel_path().to_string_lossy().into_owned();
+        if rel.is_empty() {
+            self.root.clone()
+        } else {
+            ObjectPath::from(format!("{}/{rel}", self.root))
+        }
+    }
+
+    fn lease_key(&self, run_id: &str) -> ObjectPath {
+        ObjectPath::from(format!("{}/leases/{run_id}.json", self.meta))
+    }
+
+    /// Whether the run that staged `run_id` is alive: its lease is fresh, and when it
+    /// ran on this host, its process still exists.
+    async fn run_alive(&self, run_id: &str) -> Result<bool> {
+        let key = self.lease_key(run_id);
+        let got = match self.store.get(&key).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(self.err("read lease", &key)(e)),
+        };
+        let age = chrono::Utc::now() - got.meta.last_modified;
+        let bytes = got.bytes().await.map_err(self.err("read lease", &key))?;
+        let Ok(lease) = serde_json::from_slice::<Lease>(&bytes) else {
+            return Ok(false);
+        };
+        if lease.host == hostname() && !Path::new(&format!("/proc/{}", lease.pid)).exists() {
+            return Ok(false);
+        }
+        Ok(age < chrono::Duration::from_std(DEAD_AFTER).expect("fits"))
+    }
+
+    fn put_lease(&self, key: &ObjectPath, body: &[u8]) -> Result<()> {
+        let body = PutPayload::from(body.to_vec());
+        self.block(async {
+            self.store
+                .put(key, body)
+                .await
+                .map(|_| ())
+                .map_err(self.err("write lease", key))
+        })
+    }
+
+    fn staging_prefix(&self, run_id: &str) -> ObjectPath {
+        ObjectPath::from(format!("{}/staging/{run_id}", self.meta))
+    }
+
+    /// The partition's marker and the version to update it against.
+    async fn read_marker(&self, p: &PartitionPath) -> Result<Option<(Marker, UpdateVersion)>> {
+        let key = self.marker_key(p);
+        let got = match self.store.get(&key).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.err("read marker", &key)(e)),
+        };
+        let version = UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
+        };
+        let bytes = got.bytes().await.map_err(self.err("read marker", &key))?;
+        let marker: Marker = serde_json::from_slice(&bytes).map_err(|e| Error::BadManifest {
+            path: PathBuf::from(format!("{}/{key}", self.url)),
+            reason: e.to_string(),
+        })?;
+        Ok(Some((marker, version)))
+    }
+
+    /// The data objects directly in a partition (not in deeper partitions).
+    async fn list_partition(&self, p: &PartitionPath) -> Result<Vec<object_store::ObjectMeta>> {
+        let prefix = self.partition_prefix(p);
+        let listed = self
+            .store
+            .list_with_delimiter(Some(&prefix))
+            .await
+            .map_err(self.err("list", &prefix))?;
+        Ok(listed
+            .objects
+            .into_iter()
+            .filter(|o| {
+                o.location
+                    .filename()
+                    .is_some_and(|n| n.ends_with(".parquet") && !n.starts_with(['_', '.']))
+            })
+            .collect())
+    }
+
+    async fn upload(&self, local: &Path, key: &ObjectPath) -> Result<u64> {
+        use tokio::io::AsyncReadExt;
+        let mut file = tokio::fs::File::open(local)
+            .await
+            .map_err(Error::io("open", local))?;
+        let upload = self
+            .store
+            .put_multipart(key)
+            .await
+            .map_err(self.err("upload", key))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, CHUNK);
+        let mut buf = vec![0u8; CHUNK];
+        let mut total = 0u64;
+        loop {
+            let n = match file.read(&mut buf).await {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = writer.abort().await;
+                    return Err(Error::io("read", local)(e));
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            if let Err(e) = writer.wait_for_capacity(IN_FLIGHT).await {
+                let _ = writer.abort().await;
+                return Err(self.err("upload", key)(e));
+            }
+            writer.write(&buf[..n]);
+            total += n as u64;
+        }
+        writer.finish().await.map_err(self.err("upload", key))?;
+        Ok(total)
+    }
+
+    /// Makes the partition hold exactly what `marker` lists: copies what is missing
+    /// from its staged files, deletes what an older marker (or another tool) left.
+    async fn apply(&self, p: &PartitionPath, marker: &Marker) -> Result<()> {
+        let prefix = self.partition_prefix(p);
+        let present: Vec<String> = self
+            .list_partition(p)
+            .await?
+            .into_iter()
+            .filter_map(|o| o.location.filename().map(str::to_string))
+            .collect();
+        for f in &marker.files {
+            if present.contains(&f.name) {
+                continue;
+            }
+            let from = ObjectPath::from(format!("{}/{}", marker.staging, f.staged));
+            let to = ObjectPath::from(format!("{prefix}/{}", f.name));
+            match self.store.copy(&from, &to).await {
+                Ok(()) => {}
+                // Another process applied this marker and removed the staged copy.
+                Err(object_store::Error::NotFound { .. }) if self.store.head(&to).await.is_ok() => {
+                }
+                Err(e) => return Err(self.err("copy into the partition", &to)(e)),
+            }
+        }
+        crate::failpoint::hit("after_apply_copy")?;
+        self.remove_superseded(p).await?;
+        // A newer marker may have been committed meanwhile: its apply removes what this
+        // one copied before it listed the partition; what this one copied later goes now.
+        if let Some((now, _)) = self.read_marker(p).await?
+            && now.seq != marker.seq
+        {
+            self.remove_superseded(p).await?;
+        }
+        let staged = ObjectPath::from(marker.staging.as_str());
+        self.delete_prefix(&staged).await
+    }
+
+    /// Deletes the partition's objects that the current marker does not list and that
+    /// are older than it (by the sequence number in their name) or not idem's.
+    async fn remove_superseded(&self, p: &PartitionPath) -> Result<()> {
+        let Some((marker, _)) = self.read_marker(p).await? else {
+            return Ok(());
+        };
+        for o in self.list_partition(p).await? {
+            let name = o.location.filename().unwrap_or_default();
+            if marker.files.iter().any(|f| f.name == name) {
+                continue;
+            }
+            if seq_of(name).is_some_and(|s| s >= marker.seq) {
+                continue; // a newer marker's file
+            }
+            match self.store.delete(&o.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.err("delete", &o.location)(e)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_prefix(&self, prefix: &ObjectPath) -> Result<()> {
+        let objects: Vec<_> = self
+            .store
+            .list(Some(prefix))
+            .try_collect()
+            .await
+            .map_err(self.err("list", prefix))?;
+        for o in objects {
+            match self.store.delete(&o.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.err("delete", &o.location)(e)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn publish_async(&self, written: &WrittenPartition) -> Result<PublishMode> {
+        let p = &written.partition;
+        let run_id = &written.manifest.run.run_id;
+        let rel = p.rel_path().to_string_lossy().into_owned();
+        let staging = if rel.is_empty() {
+            format!("{}/_table", self.staging_prefix(run_id))
+        } else {
+            format!("{}/{rel}", self.staging_prefix(run_id))
+        };
+        let mut files = Vec::with_capacity(written.manifest.files.len());
+        for f in &written.manifest.files {
+            let key = ObjectPath::from(format!("{staging}/{}", f.name));
+            let size = self.upload(&written.dir.join(&f.name), &key).await?;
+            files.push((f.name.clone(), size));
+        }
+        crate::failpoint::hit("before_swap")?;
+        for _ in 0..COMMIT_ROUNDS {
+            let current = self.read_marker(p).await?;
+            if let Some((m, _)) = &current
+                && m.run_id != *run_id
+                && m.manifest.digest == written.manifest.digest
+                && m.manifest.schema_fingerprint == written.manifest.schema_fingerprint
+            {
+                // Another writer published the same content: nothing to do but finish
+                // its apply if it has not.
+                self.apply(p, m).await?;
+                self.delete_prefix(&ObjectPath::from(staging.as_str()))
+                    .await?;
+                return Ok(PublishMode::AlreadyLive);
+            }
+            let seq = current.as_ref().map_or(1, |(m, _)| m.seq + 1);
+            let marker = new_marker(written, seq, run_id, &staging, &files);
+            let mode = match &current {
+                None => PutMode::Create,
+                Some((_, v)) => PutMode::Update(v.clone()),
+            };
+            let key = self.marker_key(p);
+            let body = PutPayload::from(serde_json::to_vec(&marker).expect("marker serializes"));
+            let put = self
+                .store
+                .put_opts(&key, body, PutOptions::from(mode))
+                .await;
+            match put {
+                Ok(_) => {}
+                Err(e) => {
+                    // Settle an ambiguous answer by reading the marker back.
+                    let now = self.read_marker(p).await?;
+                    let ours = now.as_ref().is_some_and(|(m, _)| m.run_id == *run_id);
+                    let conflict = matches!(
+                        e,
+                        object_store::Error::AlreadyExists { .. }
+                            | object_store::Error::Precondition { .. }
+                    );
+                    if !ours {
+                        if conflict {
+                            continue; // another writer won this round
+                        }
+                        return Err(self.err("commit marker", &key)(e));
+                    }
+                }
+            }
+            crate::failpoint::hit("after_swap")?;
+            self.apply(p, &marker).await?;
+            return Ok(if current.is_none() {
+                PublishMode::Created
+            } else {
+                PublishMode::Committed
+            });
+        }
+        Err(Error::Io {
+            op: "commit (the partition's marker kept changing under this run)",
+            path: PathBuf::from(format!("{}/{rel}", self.url)),
+            source: std::io::Error::other("too many concurrent commits"),
+        })
+    }
+
+    /// Rolls forward what dead runs committed but did not apply, and removes what they
+    /// staged without committing (once older than an hour: a live run may be uploading).
+    async fn recover(&self) -> Result<Vec<String>> {
+        let staging = ObjectPath::from(format!("{}/staging", self.meta));
+        let objects: Vec<object_store::ObjectMeta> = self
+            .store
+            .list(Some(&staging))
+            .try_collect()
+            .await
+            .map_err(self.err("list", &staging))?;
+        // run id → partition rel → newest modification
+        let mut runs: std::collections::BTreeMap<
+            String,
+            std::collections::BTreeMap<String, chrono::DateTime<chrono::Utc>>,
+        > = Default::default();
+        for o in &objects {
+            let Some(rest) = o
+                .location
+                .as_ref()
+                .strip_prefix(staging.as_ref())
+                .map(|r| r.trim_start_matches('/'))
+            else {
+                continue;
+            };
+            let Some((run, rest)) = rest.split_once('/') else {
+                continue;
+            };
+            let Some((rel, _file)) = rest.rsplit_once('/') else {
+                continue;
+            };
+            let newest = runs
+                .entry(run.to_string())
+                .or_default()
+                .entry(rel.to_string())
+                .or_insert(o.last_modified);
+            *newest = (*newest).max(o.last_modified);
+        }
+        let mut cleaned = Vec::new();
+        for (run, partitions) in runs {
+            let alive = self.run_alive(&run).await?;
+            let mut removed_all = true;
+            for (rel, _newest) in partitions {
+                let p = if rel == "_table" {
+                    PartitionPath::root()
+                } else {
+                    PartitionPath::parse(&rel)?
+                };
+                let prefix = ObjectPath::from(format!("{staging}/{run}/{rel}"));
+                match self.read_marker(&p).await? {
+                    Some((m, _)) if m.run_id == run => self.apply(&p, &m).await?,
+                    _ if !alive => self.delete_prefix(&prefix).await?,
+                    _ => removed_all = false,
+                }
+            }
+            if removed_all && !alive {
+                let lease = self.lease_key(&run);
+                match self.store.delete(&lease).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(self.err("delete", &lease)(e)),
+                }
+                cleaned.push(run);
+            }
+        }
+        Ok(cleaned)
+    }
+}
+
+fn new_marker(
+    written: &WrittenPartition,
+    seq: u64,
+    run_id: &str,
+    staging: &str,
+    files: &[(String, u64)],
+) -> Marker {
+    let mut manifest = written.manifest.clone();
+    let mut out = Vec::with_capacity(files.len());
+    for (i, (staged, size)) in files.iter().enumerate() {
+        let name = format!("part-{seq:06}-{i:05}.parquet");
+        if let Some(entry) = manifest.files.iter_mut().find(|f| f.name == *staged) {
+            entry.name = name.clone();
+        }
+        out.push(MarkerFile {
+            staged: staged.clone(),
+            name,
+            size: *size,
+        });
+    }
+    Marker {
+        format: 1,
+        seq,
+        run_id: run_id.to_string(),
+        staging: staging.to_string(),
+        files: out,
+        manifest,
+    }
+}
+
+/// The sequence number in a data file's name, `part-000003-00000.parquet` → 3.
+fn seq_of(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("part-")?;
+    let (seq, rest) = rest.split_once('-')?;
+    if seq.len() != 6 || !rest.ends_with(".parquet") {
+        return None;
+    }
+    seq.parse().ok()
+}
+
+impl CommitBackend for ObjectTable {
+    fn location(&self) -> String {
+        self.url.clone()
+    }
+
+    fn prepare(&self) -> Result<()> {
+        crate::durable::create_dir_all(&self.local)
+    }
+
+    fn lock_run(&self, run_id: &str) -> Result<Box<dyn std::any::Any + Send>> {
+        let key = self.lease_key(run_id);
+        let body = serde_json::to_vec(&Lease {
+            host: hostname(),
+            pid: std::process::id(),
+        })
+        .expect("lease serializes");
+        self.put_lease(&key, &body)?;
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let table = self.clone();
+        let thread = std::thread::Builder::new()
+            .name("idem-lease".into())
+            .spawn(move || {
+                // Refresh until the guard is dropped (the sender closes), then remove.
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    rx.recv_timeout(HEARTBEAT)
+                {
+                    if let Err(e) = table.put_lease(&key, &body) {
+                        tracing::warn!(error = %e, "could not refresh the run's lease");
+                    }
+                }
+                let _ = table.block(async { table.store.delete(&key).await });
+            })
+            .map_err(Error::io("start the lease thread for", self.url.clone()))?;
+        Ok(Box::new(LeaseGuard {
+            stop: Some(tx),
+            thread: Some(thread),
+        }))
+    }
+
+    fn clean_dead_runs(&self) -> Result<Vec<String>> {
+        self.block(self.recover())
+    }
+
+    fn staging_dir(&self, run_id: &str, p: &PartitionPath) -> PathBuf {
+        self.local.join(run_id).join(p.rel_path())
+    }
+
+    fn live_partitions(&self, depth: usize) -> Result<Vec<PartitionPath>> {
+        self.block(async {
+            let mut out = std::collections::BTreeSet::new();
+            let markers = ObjectPath::from(format!("{}/markers", self.meta));
+            let listed: Vec<object_store::ObjectMeta> = self
+                .store
+                .list(Some(&markers))
+                .try_collect()
+                .await
+                .map_err(self.err("list", &markers))?;
+            for o in listed {
+                let Some(rel) = o
+                    .location
+                    .as_ref()
+                    .strip_prefix(markers.as_ref())
+                    .and_then(|r| r.trim_start_matches('/').strip_suffix(".json"))
+                else {
+                    continue;
+                };
+                let p = if rel == "_table" {
+                    PartitionPath::root()
+                } else {
+                    PartitionPath::parse(rel)?
+                };
+                if p.parts().len() == depth {
+                    out.insert(p);
+                }
+            }
+            // Partitions another tool wrote (no marker).
+            let data: Vec<object_store::ObjectMeta> = self
+                .store
+                .list(Some(&self.root))
+                .try_collect()
+                .await
+                .map_err(self.err("list", &self.root))?;
+            for o in data {
+                let Some(rel) = o
+                    .location
+                    .as_ref()
+                    .strip_prefix(self.root.as_ref())
+                    .map(|r| r.trim_start_matches('/'))
+                else {
+                    continue;
+                };
+                let dirs: Vec<&str> = rel.split('/').collect();
+                if dirs.len() != depth + 1 || !dirs[..depth].iter().all(|d| d.contains('=')) {
+                    continue;
+                }
+                out.insert(if depth == 0 {
+                    PartitionPath::root()
+                } else {
+                    PartitionPath::parse(&dirs[..depth].join("/"))?
+                });
+            }
+            Ok(out.into_iter().collect())
+        })
+    }
+
+    fn live_state(&self, p: &PartitionPath) -> Result<Option<LiveState>> {
+        self.block(async {
+            if let Some((m, _)) = self.read_marker(p).await? {
+                return Ok(Some(LiveState::Managed(Box::new(m.manifest))));
+            }
+            let files = self.list_partition(p).await?;
+            if files.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(LiveState::Foreign {
+                files: files
+                    .into_iter()
+                    .map(|o| PathBuf::from(o.location.to_string()))
+                    .collect(),
+            }))
+        })
+    }
+
+    fn publish(&self, part: Checked) -> Result<Published> {
+        let written = part.0;
+        let mode = self.block(self.publish_async(&written))?;
+        let _ = crate::durable::remove_dir_all(&written.dir);
+        Ok(Published {
+            path: PathBuf::from(format!(
+                "{}/{}",
+                self.url,
+                written.partition.rel_path().display()
+            )),
+            partition: written.partition,
+            mode,
+        })
+    }
+
+    fn discard(&self, part: WrittenPartition) -> Result<()> {
+        crate::durable::remove_dir_all(&part.dir)
+    }
+
+    fn cleanup_run(&self, run_id: &str) -> Result<()> {
+        crate::durable::remove_dir_all(&self.local.join(run_id))?;
+        // Staged uploads no marker names are removed; those a marker names stay for
+        // the roll-forward (their apply did not finish), as does anything whose marker
+        // cannot be read now.
+        self.block(async {
+            let staging = self.staging_prefix(run_id);
+            let objects: Vec<object_store::ObjectMeta> = self
+                .store
+                .list(Some(&staging))
+                .try_collect()
+                .await
+                .map_err(self.err("list", &staging))?;
+            let mut rels: Vec<String> = objects
+                .iter()
+                .filter_map(|o| {
+                    let rest = o.location.as_ref().strip_prefix(staging.as_ref())?;
+                    Some(rest.trim_start_matches('/').rsplit_once('/')?.0.to_string())
+                })
+                .collect();
+            rels.sort();
+            rels.dedup();
+            for rel in rels {
+                let p = if rel == "_table" {
+                    PartitionPath::root()
+                } else {
+                    PartitionPath::parse(&rel)?
+                };
+                if let Ok(m) = self.read_marker(&p).await
+                    && m.is_none_or(|(m, _)| m.run_id != run_id)
+                {
+                    self.delete_prefix(&ObjectPath::from(format!("{staging}/{rel}")))
+                        .await?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn append_log(&self, event: &Restatement) -> Result<()> {
+        let key = ObjectPath::from(format!(
+            "{}/log/{}",
+            self.meta,
+            crate::log::file_name(event)
+        ));
+        let body = PutPayload::from(serde_json::to_vec(event).expect("event serializes"));
+        self.block(async {
+            match self
+                .store
+                .put_opts(&key, body, PutOptions::from(PutMode::Create))
+                .await
+            {
+                // A retried put that had landed: the event is there.
+                Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+                Err(e) => Err(self.err("append to the log", &key)(e)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_file_names_carry_the_sequence_number() {
+        assert_eq!(seq_of("part-000003-00000.parquet"), Some(3));
+        assert_eq!(seq_of("part-00000.parquet"), None);
+        assert_eq!(seq_of("part-3-00000.parquet"), None);
+        assert_eq!(seq_of("x.parquet"), None);
+    }
+}
