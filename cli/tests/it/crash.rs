@@ -163,9 +163,9 @@ fn a_failpoint_error_leaves_the_table_old_or_new_and_the_next_run_cleans_up() {
 }
 
 /// A deterministic pseudo-random sequence (the test must be reproducible).
-struct Lcg(u64);
+pub struct Lcg(pub u64);
 impl Lcg {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)

@@ -404,3 +404,167 @@ fn abort_at_every_failpoint_on_s3_then_rerun() {
         s.switch_to_b(None);
     }
 }
+
+#[test]
+fn sigkill_at_random_moments_on_s3() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let s = S3Lake::new("kill");
+    s.run_ok(&s.local_job);
+    let a = status_digests(&s.lake, "out/crashy");
+    s.switch_to_b(None);
+    s.run_ok(&s.local_job);
+    let b = status_digests(&s.lake, "out/crashy");
+    copy_dir(
+        &repo_root().join("testdata/lake/raw/orders"),
+        &s.lake.join("testdata/lake/raw/orders"),
+    );
+    s.run_ok(&s.job);
+    // How long an undisturbed run takes, to spread the kills over all of it.
+    s.switch_to_b(None);
+    let t = Instant::now();
+    s.run_ok(&s.job);
+    let full = t.elapsed().as_micros() as u64;
+    let kills: usize = std::env::var("IDEM_S3_KILL_POINTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let mut rng = crate::crash::Lcg(20261201);
+    let mut to_b = false;
+    let mut killed_mid_run = 0;
+    for i in 0..kills {
+        if to_b {
+            s.switch_to_b(None);
+        } else {
+            copy_dir(
+                &repo_root().join("testdata/lake/raw/orders"),
+                &s.lake.join("testdata/lake/raw/orders"),
+            );
+        }
+        let (old, new) = if to_b { (&a, &b) } else { (&b, &a) };
+        let delay = Duration::from_micros(rng.next() % (full * 12 / 10 + 1));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(["run", &s.job, "--date", "2026-06"])
+            .current_dir(s.lake.path())
+            .envs(s3_env())
+            .env_remove("IDEM_FAILPOINTS")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        if child.try_wait().unwrap().is_none() {
+            killed_mid_run += 1;
+        }
+        child.kill().ok();
+        child.wait().unwrap();
+        let context = format!("kill {i} after {delay:?}");
+        // Through the markers, every partition is whole and old or new.
+        let now = s.digests();
+        for (p, d) in &now {
+            assert!(d == &old[p] || d == &new[p], "{context}: {p} is neither");
+        }
+        // The next run rolls forward or cleans up: exactly the clean state.
+        s.run_ok(&s.job);
+        s.assert_clean(new, &context);
+        to_b = !to_b;
+    }
+    eprintln!("{killed_mid_run} of {kills} kills on S3 hit a running process ({full} µs a run)");
+    assert!(
+        killed_mid_run * 2 > kills,
+        "only {killed_mid_run} of {kills} kills hit a running process"
+    );
+}
+
+#[test]
+fn four_concurrent_writers_of_one_partition_on_s3() {
+    use std::process::{Command, Stdio};
+    let s = S3Lake::new("four");
+    // Four writers whose outputs differ (a constant column): the partition must end as
+    // exactly one writer's complete output.
+    let jobs: Vec<String> = (0..4)
+        .map(|w| {
+            let text = std::fs::read_to_string(s.lake.join(&s.job))
+                .unwrap()
+                .replace(
+                    "select order_id,",
+                    &format!("select order_id, {w} as writer,"),
+                )
+                .replace("name = \"crashy\"", &format!("name = \"crashy{w}\""));
+            s.lake.job(&format!("writer{w}"), &text)
+        })
+        .collect();
+    // Each writer's clean output, from a local run.
+    let refs: Vec<_> = jobs
+        .iter()
+        .map(|j| {
+            let text = std::fs::read_to_string(s.lake.join(j))
+                .unwrap()
+                .replace(&s.url("lake/crashy"), "out/ref");
+            let local = s.lake.job("ref", &text);
+            s.run_ok(&local);
+            status_digests(&s.lake, "out/ref")
+        })
+        .collect();
+    s.run_ok(&jobs[0]);
+    let stop = s.lake.join("stop-watch");
+    let marker = s.url("lake/_idem/crashy/markers/dt=2026-06-03.json");
+    let part = s.url("lake/crashy/dt=2026-06-03");
+    let watcher = {
+        let (marker, part, stop) = (marker.clone(), part.clone(), stop.clone());
+        std::thread::spawn(move || {
+            readers(&[
+                "s3-watch",
+                s3_endpoint(),
+                &marker,
+                &part,
+                stop.to_str().unwrap(),
+            ])
+        })
+    };
+    let children: Vec<_> = jobs
+        .iter()
+        .map(|j| {
+            let j = j.clone();
+            let dir = s.lake.path().to_path_buf();
+            std::thread::spawn(move || {
+                let mut outs = Vec::new();
+                for _ in 0..3 {
+                    outs.push(
+                        Command::new(env!("CARGO_BIN_EXE_idem"))
+                            .args(["run", &j, "--date", "2026-06"])
+                            .current_dir(&dir)
+                            .envs(s3_env())
+                            .env_remove("IDEM_FAILPOINTS")
+                            .stdin(Stdio::null())
+                            .output()
+                            .unwrap(),
+                    );
+                }
+                outs
+            })
+        })
+        .collect();
+    for c in children {
+        for out in c.join().unwrap() {
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    std::fs::write(&stop, "").unwrap();
+    let seen = watcher.join().unwrap();
+    assert_eq!(seen["violations"], serde_json::json!([]), "{seen}");
+    assert!(seen["reads"].as_u64().unwrap() > 0, "{seen}");
+    // Every partition is one writer's whole output, read through its marker, and a
+    // plain listing holds exactly the markers' files.
+    let now = s.digests();
+    assert_eq!(now.len(), 7);
+    for (p, d) in &now {
+        assert!(refs.iter().any(|r| &r[p] == d), "{p}: no writer's output");
+    }
+    assert_eq!(s.keys("lake/crashy/").len(), 7);
+    eprintln!("watcher: {seen}");
+}
