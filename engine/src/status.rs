@@ -205,11 +205,21 @@ fn find_partitions(
 /// `idem gc TABLE`: removes what dead runs left in the table's staging area. Runs that
 /// are alive (their lock is held) are left alone, so this is safe while jobs run.
 pub fn gc(root: &Path) -> Result<Vec<String>> {
-    let table = idem_io::commit::local::LocalTable::new(root);
-    table.clean_dead_runs().map_err(|source| Error::Storage {
+    use idem_io::commit::CommitBackend;
+    let storage = |source| Error::Storage {
         target: root.to_path_buf(),
         source,
-    })
+    };
+    let url = root.to_string_lossy();
+    if idem_io::store::is_url(&url) {
+        // Rolls forward what dead runs committed, removes what they only staged.
+        let staging = std::env::temp_dir().join("idem-staging");
+        let table = idem_io::commit::object::ObjectTable::new(&url, &Default::default(), &staging)
+            .map_err(storage)?;
+        return table.clean_dead_runs().map_err(storage);
+    }
+    let table = idem_io::commit::local::LocalTable::new(root);
+    table.clean_dead_runs().map_err(storage)
 }
 
 /// `idem log TABLE`: the table's restatement events, oldest first.

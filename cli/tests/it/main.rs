@@ -5,6 +5,7 @@ mod backfill;
 mod checks;
 mod common;
 mod concurrent;
+mod conformance;
 mod crash;
 mod guard;
 mod merge;

@@ -1,0 +1,514 @@
+//! The commit-protocol conformance suite: the same scenarios against every backend —
+//! a local directory (renameat2 swap) and an S3-compatible server (moto on 127.0.0.1,
+//! conditional-put markers). Each test runs its scenario on both.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::*;
+use crate::s3::{bucket, idem_s3};
+
+const MONTH_JOB: &str = r#"
+name = "crashy"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = """
+select order_id, customer_id, amount_usd, status, created_date as dt
+from orders
+where created_date >= $run_date and created_date < cast($run_end as date)
+"""
+[target]
+path = "TARGET"
+partition_by = ["dt"]
+grain = "month"
+row_group_rows = 200
+"#;
+
+const DAILY_JOB: &str = r#"
+name = "daily"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = "select order_id, customer_id, amount_usd, status, created_date as dt from orders where created_date = $run_date"
+[target]
+path = "TARGET"
+partition_by = ["dt"]
+"#;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Local,
+    S3,
+}
+
+const BOTH: [Backend; 2] = [Backend::Local, Backend::S3];
+
+/// A lake whose jobs write to one backend; `out/ref` is a local reference table of
+/// the same month job. The second source state (B) is the same days regenerated with
+/// another seed.
+pub struct Table {
+    pub lake: Lake,
+    pub backend: Backend,
+    pub bucket: String,
+    /// The month job (table `crashy`), the daily job (table `daily`), and the month job
+    /// writing the local reference table `out/ref`.
+    pub job: String,
+    pub daily_job: String,
+    pub ref_job: String,
+    b: tempfile::TempDir,
+}
+
+impl Table {
+    pub fn new(backend: Backend, tag: &str) -> Table {
+        let lake = Lake::new();
+        let bucket = bucket(tag);
+        if backend == Backend::S3 {
+            let empty = tempfile::tempdir().unwrap();
+            readers(&[
+                "s3-put",
+                s3_endpoint(),
+                empty.path().to_str().unwrap(),
+                &format!("s3://{bucket}/"),
+            ]);
+        }
+        let target = |name: &str| match backend {
+            Backend::Local => format!("out/{name}"),
+            Backend::S3 => format!("s3://{bucket}/lake/{name}"),
+        };
+        let job = lake.job("crashy", &MONTH_JOB.replace("TARGET", &target("crashy")));
+        let daily_job = lake.job("daily", &DAILY_JOB.replace("TARGET", &target("daily")));
+        let ref_job = lake.job("ref", &MONTH_JOB.replace("TARGET", "out/ref"));
+        let b = tempfile::tempdir().unwrap();
+        let spec = idem_testdata::OrdersSpec {
+            seed: 9,
+            ..Default::default()
+        };
+        idem_testdata::write_orders(b.path(), &spec).unwrap();
+        Table {
+            lake,
+            backend,
+            bucket,
+            job,
+            daily_job,
+            ref_job,
+            b,
+        }
+    }
+
+    /// The table `name` (`crashy`, `daily`) as idem names it.
+    pub fn target(&self, name: &str) -> String {
+        match self.backend {
+            Backend::Local => self.lake.join(&format!("out/{name}")).display().to_string(),
+            Backend::S3 => self.url(&format!("lake/{name}")),
+        }
+    }
+
+    pub fn url(&self, rel: &str) -> String {
+        format!("s3://{}/{rel}", self.bucket)
+    }
+
+    pub fn idem(&self, args: &[&str], extra: &[(&str, &str)]) -> std::process::Output {
+        idem_s3(&self.lake, args, extra)
+    }
+
+    pub fn run_ok(&self, job: &str) -> Vec<Value> {
+        self.ok(&["run", job, "--date", "2026-06", "--json"])
+    }
+
+    fn ok(&self, args: &[&str]) -> Vec<Value> {
+        let out = self.idem(args, &[]);
+        assert!(
+            out.status.success(),
+            "{:?} on {:?}: {}",
+            args,
+            self.backend,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_lines(&out)
+    }
+
+    pub fn switch_to_a(&self) {
+        copy_dir(
+            &repo_root().join("testdata/lake/raw/orders"),
+            &self.lake.join("testdata/lake/raw/orders"),
+        );
+    }
+
+    /// Replaces one day of the source with state B (or all days when `day` is None).
+    pub fn switch_to_b(&self, day: Option<&str>) {
+        let raw = self.lake.join("testdata/lake/raw/orders");
+        match day {
+            None => copy_dir(self.b.path(), &raw),
+            Some(d) => copy_dir(
+                &self.b.path().join(format!("created_date={d}")),
+                &raw.join(format!("created_date={d}")),
+            ),
+        }
+    }
+
+    /// `idem status` of table `name`, every partition asserted managed.
+    pub fn status(&self, name: &str) -> Value {
+        let out = self.idem(&["status", &self.target(name), "--json"], &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for p in s["partitions"].as_array().unwrap() {
+            assert_eq!(p["state"], "managed", "{:?}: {p}", self.backend);
+        }
+        s
+    }
+
+    /// partition -> digest of the month table, read as idem reads it.
+    pub fn digests(&self) -> BTreeMap<String, String> {
+        digests_of(&self.status("crashy"))
+    }
+
+    /// The clean-run digests of the current source state (a local run of the same job).
+    pub fn reference(&self) -> BTreeMap<String, String> {
+        self.run_ok(&self.ref_job);
+        status_digests(&self.lake, "out/ref")
+    }
+
+    /// Keys under `rel` in the bucket.
+    pub fn keys(&self, rel: &str) -> Vec<String> {
+        readers(&["s3-list", s3_endpoint(), &self.url(rel)])
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Everything a run may touch, with content hashes (local) or keys (S3): equal
+    /// before and after means nothing changed.
+    fn everything(&self) -> Vec<String> {
+        match self.backend {
+            Backend::Local => snapshot(&self.lake.join("out/crashy"))
+                .into_iter()
+                .map(|(k, v)| format!("{k} {v:?}"))
+                .collect(),
+            Backend::S3 => self.keys("lake/"),
+        }
+    }
+
+    /// The data files of table `name`, relative to its root.
+    pub fn data_files(&self, name: &str) -> Vec<String> {
+        match self.backend {
+            Backend::Local => snapshot(&self.lake.join(&format!("out/{name}")))
+                .into_keys()
+                .filter(|k| k.ends_with(".parquet"))
+                .collect(),
+            Backend::S3 => self
+                .keys(&format!("lake/{name}/"))
+                .into_iter()
+                .map(|k| k.trim_start_matches(&format!("lake/{name}/")).to_string())
+                .collect(),
+        }
+    }
+
+    /// What runs left staged for the month table.
+    fn staged(&self) -> Vec<String> {
+        match self.backend {
+            Backend::Local => std::fs::read_dir(self.lake.join("out/_idem/crashy/staging"))
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Backend::S3 => self.keys("lake/_idem/crashy/staging/"),
+        }
+    }
+
+    fn log_events(&self) -> usize {
+        match self.backend {
+            Backend::Local => std::fs::read_dir(self.lake.join("out/_idem/crashy/log"))
+                .map(|rd| rd.count())
+                .unwrap_or(0),
+            Backend::S3 => self.keys("lake/_idem/crashy/log/").len(),
+        }
+    }
+
+    /// What a plain reader (DuckDB, Polars, pyarrow listing the table) sees.
+    pub fn plain_rows(&self) -> Value {
+        match self.backend {
+            Backend::Local => readers(&["table", &self.target("crashy")]),
+            Backend::S3 => {
+                let dir = tempfile::tempdir().unwrap();
+                readers(&[
+                    "s3-get",
+                    s3_endpoint(),
+                    &self.url("lake/crashy/"),
+                    dir.path().to_str().unwrap(),
+                ]);
+                readers(&["table", dir.path().to_str().unwrap()])
+            }
+        }
+    }
+
+    /// The clean state: the digests are `expected`, every partition holds exactly its
+    /// manifest's files (one each here), and nothing is staged.
+    pub fn assert_clean(&self, expected: &BTreeMap<String, String>, context: &str) {
+        assert_eq!(&self.digests(), expected, "{:?} {context}", self.backend);
+        let data = self.data_files("crashy");
+        assert_eq!(
+            data.len(),
+            expected.len(),
+            "{:?} {context}: {data:?}",
+            self.backend
+        );
+        assert!(
+            self.staged().is_empty(),
+            "{:?} {context}: staging left behind: {:?}",
+            self.backend,
+            self.staged()
+        );
+    }
+}
+
+fn digests_of(status: &Value) -> BTreeMap<String, String> {
+    status["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["partition"].as_str().unwrap().to_string(),
+                p["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition() {
+    for backend in BOTH {
+        let t = Table::new(backend, "twice");
+        let first = t.run_ok(&t.job);
+        assert_eq!(actions(&first).len(), 7, "{backend:?}");
+        assert!(actions(&first).iter().all(|(_, a)| a == "written"));
+        assert_eq!(t.digests(), t.reference(), "{backend:?}");
+        assert_eq!(
+            t.plain_rows(),
+            readers(&["table", t.lake.join("out/ref").to_str().unwrap()]),
+            "{backend:?}"
+        );
+        let before = t.everything();
+        let again = t.run_ok(&t.job);
+        assert!(
+            actions(&again).iter().all(|(_, a)| a == "unchanged"),
+            "{backend:?}"
+        );
+        assert_eq!(
+            t.everything(),
+            before,
+            "{backend:?}: a re-run wrote something"
+        );
+
+        t.switch_to_b(Some("2026-06-03"));
+        let changed = t.run_ok(&t.job);
+        let written: Vec<_> = actions(&changed)
+            .into_iter()
+            .filter(|(_, a)| a != "unchanged")
+            .collect();
+        assert_eq!(
+            written,
+            vec![("dt=2026-06-03".into(), "written".into())],
+            "{backend:?}"
+        );
+        t.assert_clean(&t.reference(), "after one changed day");
+        assert_eq!(t.log_events(), 1, "{backend:?}: one restatement");
+    }
+}
+
+#[test]
+fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean() {
+    for backend in BOTH {
+        let t = Table::new(backend, "empty");
+        // 2026-06-09 has no source rows: the run still owns and publishes the day.
+        let out = t.ok(&["run", &t.daily_job, "--date", "2026-06-09", "--json"]);
+        assert_eq!(
+            actions(&out),
+            vec![("dt=2026-06-09".into(), "emptied".into())],
+            "{backend:?}"
+        );
+        let s = t.status("daily");
+        assert_eq!(s["partitions"][0]["rows"], 0, "{backend:?}: {s}");
+        assert_eq!(t.data_files("daily").len(), 1, "{backend:?}");
+
+        let run = t.ok(&[
+            "backfill",
+            &t.daily_job,
+            "--from",
+            "2026-06-01",
+            "--to",
+            "2026-06-07",
+            "--json",
+        ]);
+        let written = actions(&run).iter().filter(|(_, a)| a == "written").count();
+        assert_eq!(written, 7, "{backend:?}");
+        let digests = digests_of(&t.status("daily"));
+        let again = t.ok(&[
+            "backfill",
+            &t.daily_job,
+            "--from",
+            "2026-06-01",
+            "--to",
+            "2026-06-07",
+            "--json",
+        ]);
+        assert!(
+            actions(&again).iter().all(|(_, a)| a == "unchanged"),
+            "{backend:?}"
+        );
+        assert_eq!(digests_of(&t.status("daily")), digests, "{backend:?}");
+        assert_eq!(t.data_files("daily").len(), 8, "{backend:?}");
+    }
+}
+
+#[test]
+fn a_failed_check_leaves_the_live_table_untouched() {
+    for backend in BOTH {
+        let t = Table::new(backend, "chk");
+        t.run_ok(&t.job);
+        let before = t.everything();
+        t.switch_to_b(None);
+        let strict = t.lake.job(
+            "strict",
+            &format!(
+                "{}\n[checks]\nmin_rows = 100000\n",
+                std::fs::read_to_string(t.lake.join(&t.job)).unwrap()
+            ),
+        );
+        let out = t.idem(&["run", &strict, "--date", "2026-06"], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{backend:?}: {err}");
+        assert_eq!(t.everything(), before, "{backend:?}");
+    }
+}
+
+#[test]
+fn abort_at_every_failpoint_then_rerun() {
+    for backend in BOTH {
+        let t = Table::new(backend, "fp");
+        let old = t.reference();
+        t.run_ok(&t.job);
+        t.switch_to_b(None);
+        let new = t.reference();
+        let mut points = vec![
+            "after_first_batch",
+            "after_row_group",
+            "after_footers",
+            "after_stage",
+            "before_publish",
+            "before_swap",
+            "after_swap",
+            "after_publish_one",
+        ];
+        if backend == Backend::S3 {
+            points.push("after_apply_copy");
+        }
+        for point in points {
+            let spec = format!("{point}=abort");
+            let out = t.idem(
+                &["run", &t.job, "--date", "2026-06"],
+                &[("IDEM_FAILPOINTS", &spec)],
+            );
+            assert!(!out.status.success(), "{backend:?} {point}: did not die");
+            for (p, d) in t.digests() {
+                assert!(
+                    d == old[&p] || d == new[&p],
+                    "{backend:?} {point}: {p} is neither"
+                );
+            }
+            if backend == Backend::S3 && (point == "after_swap" || point == "after_apply_copy") {
+                // Committed but not applied: `idem gc` rolls the apply forward.
+                t.ok(&["gc", &t.target("crashy")]);
+                assert_eq!(t.data_files("crashy").len(), 7, "{point}: gc did not apply");
+                assert!(t.staged().is_empty(), "{point}");
+            }
+            t.run_ok(&t.job);
+            t.assert_clean(&new, point);
+            // Back to state A for the next point.
+            t.switch_to_a();
+            t.run_ok(&t.job);
+            assert_eq!(t.digests(), old, "{backend:?} {point}: back to A");
+            t.switch_to_b(None);
+        }
+    }
+}
+
+#[test]
+fn sigkill_at_random_moments_ends_clean() {
+    let kills: usize = std::env::var("IDEM_CONFORMANCE_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    for backend in BOTH {
+        let t = Table::new(backend, "kill");
+        let a = t.reference();
+        t.switch_to_b(None);
+        let b = t.reference();
+        t.switch_to_a();
+        t.run_ok(&t.job);
+        // How long an undisturbed run takes, to spread the kills over all of it.
+        t.switch_to_b(None);
+        let start = Instant::now();
+        t.run_ok(&t.job);
+        let full = start.elapsed().as_micros() as u64;
+        let mut rng = crate::crash::Lcg(20261201);
+        let mut to_b = false;
+        let mut killed_mid_run = 0;
+        for i in 0..kills {
+            if to_b {
+                t.switch_to_b(None);
+            } else {
+                t.switch_to_a();
+            }
+            let (old, new) = if to_b { (&a, &b) } else { (&b, &a) };
+            // Within 90% of a run: most kills land mid-run on either backend.
+            let delay = Duration::from_micros(rng.next() % (full * 9 / 10 + 1));
+            let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+                .args(["run", &t.job, "--date", "2026-06"])
+                .current_dir(t.lake.path())
+                .envs(s3_env())
+                .env_remove("IDEM_FAILPOINTS")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(delay);
+            if child.try_wait().unwrap().is_none() {
+                killed_mid_run += 1;
+            }
+            child.kill().ok();
+            child.wait().unwrap();
+            let context = format!("kill {i} after {delay:?}");
+            for (p, d) in &t.digests() {
+                assert!(
+                    d == &old[p] || d == &new[p],
+                    "{backend:?} {context}: {p} is neither"
+                );
+            }
+            t.run_ok(&t.job);
+            t.assert_clean(new, &context);
+            to_b = !to_b;
+        }
+        eprintln!(
+            "{backend:?}: {killed_mid_run} of {kills} kills hit a running process ({full} µs a run)"
+        );
+        assert!(
+            killed_mid_run * 2 > kills,
+            "{backend:?}: only {killed_mid_run} of {kills} kills hit a running process"
+        );
+    }
+}
