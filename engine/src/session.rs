@@ -69,6 +69,20 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
             .map_err(|e| err(format!("path {}: {e}", s.path)))?
             .object_store();
         ctx.register_object_store(url.as_ref(), store);
+        // An idem table on an object store is read through its partitions' markers,
+        // so a run never sees a partition mid-apply.
+        if s.format == Format::Parquet && !is_glob {
+            let staging = std::env::temp_dir().join("idem-staging");
+            if let Ok(table) =
+                idem_io::commit::object::ObjectTable::new(&s.path, &job.storage, &staging)
+                && table.is_idem_table().map_err(|e| err(e.to_string()))?
+            {
+                let frame = committed_frame(ctx, &table, s)
+                    .await
+                    .map_err(|e| err(format!("reading the idem table {}: {e}", s.path)))?;
+                return register_provider(ctx, job, s, frame.into_view()).await;
+            }
+        }
     } else if !is_glob && !std::path::Path::new(&s.path).exists() {
         return Err(err(format!(
             "path {} does not exist",
@@ -117,8 +131,24 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         .with_listing_options(options)
         .with_schema(schema);
     let table = ListingTable::try_new(config).map_err(|e| err(e.to_string()))?;
+    register_provider(ctx, job, s, Arc::new(table)).await
+}
+
+/// Registers a source's rows under its name (through a deduplicating view when the
+/// source has `dedupe`).
+async fn register_provider(
+    ctx: &SessionContext,
+    job: &Job,
+    s: &Source,
+    table: Arc<dyn TableProvider>,
+) -> Result<()> {
+    let err = |message: String| Error::Source {
+        path: job.path.clone(),
+        source_name: s.name.clone(),
+        message,
+    };
     let Some(dedupe) = &s.dedupe else {
-        ctx.register_table(s.name.as_str(), Arc::new(table))
+        ctx.register_table(s.name.as_str(), table)
             .map_err(|e| err(e.to_string()))?;
         return Ok(());
     };
@@ -139,7 +169,7 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         }
     }
     let raw = format!("__idem_raw_{}", s.name);
-    ctx.register_table(raw.as_str(), Arc::new(table))
+    ctx.register_table(raw.as_str(), table)
         .map_err(|e| err(e.to_string()))?;
     let q = crate::sql::ident;
     let key = dedupe
@@ -169,6 +199,58 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         .await
         .map_err(|e| err(format!("dedupe: {e}")))?;
     Ok(())
+}
+
+/// The rows of every committed partition of an idem table on an object store, with
+/// its partition columns taken from the partition paths (typed as the source declares
+/// them, else as text). A filter on them prunes whole partitions when the plan is
+/// optimized.
+async fn committed_frame(
+    ctx: &SessionContext,
+    table: &idem_io::commit::object::ObjectTable,
+    s: &Source,
+) -> std::result::Result<datafusion::dataframe::DataFrame, String> {
+    use datafusion::common::{Column, ScalarValue};
+    use datafusion::execution::options::ParquetReadOptions;
+    use datafusion::logical_expr::{Expr, lit};
+    let committed = table.committed().map_err(|e| e.to_string())?;
+    let mut frame: Option<datafusion::dataframe::DataFrame> = None;
+    for (p, _manifest, urls) in committed.iter().rev() {
+        if urls.is_empty() {
+            continue;
+        }
+        let df = ctx
+            .read_parquet(urls.clone(), ParquetReadOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut exprs: Vec<Expr> = df
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| Expr::Column(Column::new_unqualified(f.name())))
+            .collect();
+        for (col, value) in p.parts() {
+            let dt = s
+                .partition_columns
+                .as_ref()
+                .and_then(|cols| cols.iter().find(|(c, _)| c == col))
+                .map(|(_, dt)| dt.clone())
+                .unwrap_or(DataType::Utf8);
+            let v = match value {
+                Some(v) => {
+                    ScalarValue::try_from_string(v.clone(), &dt).map_err(|e| e.to_string())?
+                }
+                None => ScalarValue::try_from(&dt).map_err(|e| e.to_string())?,
+            };
+            exprs.push(lit(v).alias(col));
+        }
+        let df = df.select(exprs).map_err(|e| e.to_string())?;
+        frame = Some(match frame {
+            None => df,
+            Some(f) => f.union(df).map_err(|e| e.to_string())?,
+        });
+    }
+    frame.ok_or_else(|| "it has no committed partition with files".to_string())
 }
 
 enum Inference {

@@ -245,3 +245,73 @@ fn four_concurrent_writers_of_one_partition_on_s3() {
     assert_eq!(s.keys("lake/crashy/").len(), 7);
     eprintln!("watcher: {seen}");
 }
+
+#[test]
+fn a_downstream_job_reads_an_s3_idem_table_through_its_markers() {
+    let t = Table::new(Backend::S3, "down");
+    let downstream = |target: &str, source: &str| {
+        format!(
+            r#"
+name = "per_status"
+[sources.orders]
+path = "{source}"
+partitioned_by = [{{ name = "dt", type = "date" }}]
+[transform]
+sql = "select dt, status, count(*) as orders, sum(amount_usd) as amount from orders where dt = $run_date group by dt, status"
+[target]
+path = "{target}"
+partition_by = ["dt"]
+"#
+        )
+    };
+    let remote = t.lake.job(
+        "down_remote",
+        &downstream("out/remote", &format!("{}/", t.target("daily"))),
+    );
+    let local_daily = t.lake.job(
+        "daily_local",
+        &std::fs::read_to_string(t.lake.join(&t.daily_job))
+            .unwrap()
+            .replace(&t.target("daily"), "out/daily_local"),
+    );
+    let local = t
+        .lake
+        .job("down_local", &downstream("out/local", "out/daily_local/"));
+    let day = |job: &str| {
+        let out = t.idem(&["run", job, "--date", "2026-06-03", "--json"], &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    for job in [&t.daily_job, &local_daily, &remote, &local] {
+        day(job);
+    }
+    assert_eq!(
+        readers(&["table", t.lake.join("out/remote").to_str().unwrap()]),
+        readers(&["table", t.lake.join("out/local").to_str().unwrap()])
+    );
+    // Upstream day 3 changes and is committed but not applied (the run dies right
+    // after its marker is put): a plain listing still holds the old file only, but
+    // the downstream job reads the committed rows through the marker.
+    t.switch_to_b(Some("2026-06-03"));
+    let out = t.idem(
+        &["run", &t.daily_job, "--date", "2026-06-03"],
+        &[("IDEM_FAILPOINTS", "after_swap=abort")],
+    );
+    assert!(!out.status.success());
+    let listed = t.keys("lake/daily/dt=2026-06-03/");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(
+        listed[0].ends_with("part-000001-00000.parquet"),
+        "{listed:?}"
+    );
+    day(&local_daily);
+    day(&remote);
+    day(&local);
+    assert_eq!(
+        readers(&["table", t.lake.join("out/remote").to_str().unwrap()]),
+        readers(&["table", t.lake.join("out/local").to_str().unwrap()])
+    );
+}

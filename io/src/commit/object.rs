@@ -213,6 +213,51 @@ impl ObjectTable {
         Ok(depths)
     }
 
+    /// Whether the prefix holds an idem table (it has partition markers).
+    pub fn is_idem_table(&self) -> Result<bool> {
+        self.block(async {
+            let markers = ObjectPath::from(format!("{}/markers", self.meta));
+            let mut listed = self.store.list(Some(&markers));
+            use futures::StreamExt;
+            match listed.next().await {
+                None => Ok(false),
+                Some(Ok(_)) => Ok(true),
+                Some(Err(e)) => Err(self.err("list", &markers)(e)),
+            }
+        })
+    }
+
+    /// Every committed partition read through its marker: the manifest, and the URL of
+    /// each file it lists — in the partition, or still in staging while the commit's
+    /// apply has not copied it (so a reader never sees a half-applied partition).
+    pub fn committed(&self) -> Result<Vec<(PartitionPath, Manifest, Vec<String>)>> {
+        let base = crate::store::store_base(&self.url).unwrap_or_default();
+        let mut out = Vec::new();
+        for p in self.partitions()? {
+            let found = self.block(async {
+                let Some((m, _)) = self.read_marker(&p).await? else {
+                    return Ok::<_, Error>(None);
+                };
+                let prefix = self.partition_prefix(&p);
+                let mut urls = Vec::with_capacity(m.files.len());
+                for f in &m.files {
+                    let live = ObjectPath::from(format!("{prefix}/{}", f.name));
+                    let key = if self.store.head(&live).await.is_ok() {
+                        live
+                    } else {
+                        ObjectPath::from(format!("{}/{}", m.staging, f.staged))
+                    };
+                    urls.push(format!("{base}/{key}"));
+                }
+                Ok(Some((m.manifest, urls)))
+            })?;
+            if let Some((m, urls)) = found {
+                out.push((p, m, urls));
+            }
+        }
+        Ok(out)
+    }
+
     /// Runs with staged uploads still present (in progress, dead, or not yet applied).
     pub fn staged_runs(&self) -> Result<Vec<String>> {
         self.block(async {
