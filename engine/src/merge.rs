@@ -35,7 +35,6 @@ use datafusion::execution::context::SessionContext;
 use datafusion::execution::options::ParquetReadOptions;
 use datafusion::logical_expr::{Expr, lit};
 use idem_io::commit::CommitBackend;
-use idem_io::commit::local::LocalTable;
 use idem_io::hive::PartitionPath;
 use idem_io::manifest::{LiveState, Manifest};
 use idem_io::writer::KeptFile;
@@ -56,8 +55,11 @@ pub struct MergePlan {
     /// generation of the new manifest.
     pub kept: BTreeMap<PartitionPath, (Vec<KeptFile>, u64)>,
     pub stats: MergeStats,
-    /// Held until the merge is published.
-    pub lock: std::fs::File,
+    /// Held until the merge is published (backends that lock writers).
+    pub lock: Option<Box<dyn std::any::Any + Send>>,
+    /// Per affected partition, the version it must still have at publish (backends
+    /// that publish read-modify-writes optimistically instead of locking).
+    pub versions: BTreeMap<PartitionPath, Option<u64>>,
     /// The source files the changes were computed from.
     pub inputs: Vec<idem_io::manifest::InputFile>,
 }
@@ -84,7 +86,7 @@ pub async fn prepare(
     ctx: &SessionContext,
     output_df: DataFrame,
     output: &SchemaRef,
-    table: &LocalTable,
+    table: &dyn CommitBackend,
     scope: Option<&str>,
     owned: &[PartitionPath],
 ) -> Result<MergePlan> {
@@ -97,6 +99,16 @@ pub async fn prepare(
         source,
     };
     let lock = table.lock_writes().map_err(storage)?;
+    let local = table.as_local().is_some();
+    if !local {
+        // The table's files are read from its object store.
+        let url = job.target.path.to_string_lossy();
+        let store = idem_io::store::object_store(&url, &job.storage).map_err(storage)?;
+        let base = datafusion::datasource::listing::ListingTableUrl::parse(url.as_ref())
+            .map_err(exec)?
+            .object_store();
+        ctx.register_object_store(base.as_ref(), store);
+    }
 
     // The changes, computed once (and the files they came from, for the manifest).
     let plan = output_df.create_physical_plan().await.map_err(exec)?;
@@ -114,7 +126,8 @@ pub async fn prepare(
                 continue; // every file stays `may_match = false`
             }
             for f in p.files.iter_mut() {
-                f.may_match = probe.may_match(&f.path).map_err(storage)?;
+                // Footers are read on local disk; an object store's files are all read.
+                f.may_match = !local || probe.may_match(&f.path).map_err(storage)?;
             }
         }
     }
@@ -250,7 +263,8 @@ pub async fn prepare(
         if affected.binary_search(&p.path).is_err() {
             continue;
         }
-        let keepable = p.manifest.is_some() && !owned.contains(&p.path);
+        // Files are kept by hard link, on local disk only.
+        let keepable = local && p.manifest.is_some() && !owned.contains(&p.path);
         let mut keep = Vec::new();
         let mut rewrite = Vec::new();
         for f in &p.files {
@@ -309,12 +323,20 @@ pub async fn prepare(
         columns.join(", ")
     );
     let df = ctx.sql(&merged).await.map_err(exec)?;
+    let versions = affected
+        .iter()
+        .map(|p| {
+            let v = files.iter().find(|f| &f.path == p).and_then(|f| f.version);
+            (p.clone(), v)
+        })
+        .collect();
     Ok(MergePlan {
         df,
         affected,
         kept,
         stats,
         lock,
+        versions,
         inputs,
     })
 }
@@ -325,6 +347,8 @@ struct LivePartition {
     /// `None` when idem did not write the partition (it is then rewritten whole).
     manifest: Option<Manifest>,
     files: Vec<LiveFile>,
+    /// The version read (object stores: the marker's sequence number).
+    version: Option<u64>,
 }
 
 struct LiveFile {
@@ -334,17 +358,21 @@ struct LiveFile {
 }
 
 /// The live partitions and their files (none yet marked as possibly matching).
-fn live_files(table: &LocalTable, depth: usize) -> idem_io::Result<Vec<LivePartition>> {
+fn live_files(table: &dyn CommitBackend, depth: usize) -> idem_io::Result<Vec<LivePartition>> {
     let mut out = Vec::new();
     for path in table.live_partitions(depth)? {
-        let dir = table.partition_dir(&path);
+        // The version first: a commit after it makes the publish fail, not go stale.
+        let version = table.live_version(&path)?;
         let (manifest, names) = match table.live_state(&path)? {
             None => continue,
             Some(LiveState::Managed(m)) => {
                 let names = m
                     .files
                     .iter()
-                    .map(|f| (dir.join(&f.name), Some(f.clone())))
+                    .map(|f| {
+                        let at = PathBuf::from(table.file_location(&path, &f.name));
+                        (at, Some(f.clone()))
+                    })
                     .collect();
                 (Some(*m), names)
             }
@@ -365,6 +393,7 @@ fn live_files(table: &LocalTable, depth: usize) -> idem_io::Result<Vec<LiveParti
             path,
             manifest,
             files,
+            version,
         });
     }
     Ok(out)

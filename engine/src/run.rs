@@ -404,11 +404,31 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
             merge: None,
         });
     }
-    let planned = plan(job, opts).await?;
-    let mut report = execute(planned, observer).await?;
-    report.elapsed_ms = started.elapsed().as_millis() as u64;
-    Ok(report)
+    // A merge into a table without a writer lock (an object store) publishes each
+    // partition only against the version it read; when another writer got there
+    // first, the merge is computed again on top of it.
+    let mut attempt = 0;
+    loop {
+        let planned = plan(job, opts).await?;
+        match execute(planned, Arc::clone(&observer)).await {
+            Err(Error::Storage {
+                source: idem_io::Error::Conflict { partition },
+                ..
+            }) if attempt < MERGE_ATTEMPTS => {
+                attempt += 1;
+                tracing::info!(%partition, attempt, "another writer committed first; merging again");
+            }
+            Err(e) => return Err(e),
+            Ok(mut report) => {
+                report.elapsed_ms = started.elapsed().as_millis() as u64;
+                return Ok(report);
+            }
+        }
+    }
 }
+
+/// How often a merge is computed again after losing a commit to another writer.
+const MERGE_ATTEMPTS: u32 = 8;
 
 fn new_run_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -455,6 +475,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     let mut merge_inputs = None;
     let mut merge_stats = None;
     let mut kept = BTreeMap::new();
+    let mut versions: Option<BTreeMap<PartitionPath, Option<u64>>> = None;
     let (df, merge_affected, _merge_lock) = if job.target.mode == Mode::Merge {
         observer.phase("merging");
         let (scope, owned) = if job.target.delete_missing {
@@ -468,27 +489,27 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         } else {
             (None, Vec::new())
         };
-        let Some(local) = table.as_local() else {
-            return Err(Error::JobInvalid {
-                path: job.path.clone(),
-                message: format!(
-                    "[target] mode = \"merge\" into a table on an object store ({}) is not \
-                     supported yet; merge into a local table",
-                    job.target.path.display()
-                ),
-            });
+        let m = match crate::merge::prepare(
+            &job,
+            &ctx,
+            df,
+            &output,
+            table.as_ref(),
+            scope.as_deref(),
+            &owned,
+        )
+        .await
+        {
+            Ok(m) => m,
+            Err(e) => return Err(explain(&job, &ctx, e).await),
         };
-        let m =
-            match crate::merge::prepare(&job, &ctx, df, &output, local, scope.as_deref(), &owned)
-                .await
-            {
-                Ok(m) => m,
-                Err(e) => return Err(explain(&job, &ctx, e).await),
-            };
         merge_inputs = Some(m.inputs);
         merge_stats = Some(m.stats);
         kept = m.kept;
-        (m.df, Some(m.affected), Some(m.lock))
+        if m.lock.is_none() {
+            versions = Some(m.versions);
+        }
+        (m.df, Some(m.affected), m.lock)
     } else {
         (df, None, None)
     };
@@ -550,7 +571,14 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             .await
             .expect("finalize task panicked");
             match finalized {
-                Ok((staged, warnings)) => {
+                Ok((mut staged, warnings)) => {
+                    // Without a writer lock, a merge publishes each partition only if
+                    // it is still the version the merge read.
+                    if let Some(versions) = &versions {
+                        for w in staged.iter_mut() {
+                            w.expected = Some(versions.get(&w.partition).copied().flatten());
+                        }
+                    }
                     observer.phase("checking");
                     match crate::checks::run(&job, &job.checks, &output, &staged).await {
                         Ok(()) => {

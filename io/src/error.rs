@@ -61,6 +61,12 @@ pub enum Error {
     #[error("invalid partition path `{path}`: {reason}")]
     BadPartitionPath { path: String, reason: String },
 
+    #[error(
+        "partition {partition} changed while this run computed it (another writer committed \
+         first); its new content must be computed again"
+    )]
+    Conflict { partition: String },
+
     #[error("storage URL {url}: {reason}")]
     Url { url: String, reason: String },
 

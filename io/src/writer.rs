@@ -58,6 +58,10 @@ pub struct WrittenPartition {
     pub partition: PartitionPath,
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// For a read-modify-write (a merge) on a backend without a table lock: publish
+    /// only if the live partition is still the version it was computed from (its
+    /// marker's sequence number; `Some(None)`: no partition yet).
+    pub expected: Option<Option<u64>>,
 }
 
 type FileWriter = SerializedFileWriter<SpillFile>;
@@ -459,6 +463,7 @@ impl PartitionWriter {
             partition: self.partition,
             dir: self.dir,
             manifest,
+            expected: None,
         })
     }
 

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use crate::common::*;
 
-fn job(partition_by: &str) -> String {
+pub fn job(partition_by: &str) -> String {
     format!(
         r#"
 name = "dim_customers"
@@ -26,7 +26,7 @@ partition_by = [{partition_by}]
 
 /// Writes a changes file: updates of existing keys (new email; some move country) and
 /// new keys.
-fn changes(lake: &Lake, name: &str, updates: &[u64], new: &[u64], moved_to: &str) -> String {
+pub fn changes(lake: &Lake, name: &str, updates: &[u64], new: &[u64], moved_to: &str) -> String {
     let mut text = String::from("customer_id,email,country,signup_date\n");
     for id in updates {
         let country = if id % 2 == 0 { moved_to } else { "US" };
@@ -63,7 +63,7 @@ fn merge_ok(lake: &Lake, job: &str, src: &str) -> Vec<serde_json::Value> {
 }
 
 /// DuckDB's answer for the base file merged with each changes file in turn.
-fn oracle(base: &str, changes: &[&str]) -> serde_json::Value {
+pub fn oracle(base: &str, changes: &[&str]) -> serde_json::Value {
     let mut table = format!(
         "select customer_id, email, country, signup_date::date as signup_date from read_csv('{base}')"
     );
@@ -79,7 +79,7 @@ fn oracle(base: &str, changes: &[&str]) -> serde_json::Value {
     readers(&["duckdb", &table])
 }
 
-fn base(lake: &Lake) -> String {
+pub fn base(lake: &Lake) -> String {
     lake.join("testdata/lake/raw/customers/customers.csv")
         .to_string_lossy()
         .into_owned()

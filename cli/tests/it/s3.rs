@@ -315,3 +315,76 @@ partition_by = ["dt"]
         readers(&["table", t.lake.join("out/local").to_str().unwrap()])
     );
 }
+
+#[test]
+fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
+    use crate::merge::{base, changes, job, oracle};
+    for partition_by in ["", "\"country\""] {
+        let t = Table::new(Backend::S3, "merge");
+        let url = t.url("lake/dim_customers");
+        let dim = t
+            .lake
+            .job("dim", &job(partition_by).replace("out/dim_customers", &url));
+        let base = base(&t.lake);
+        let merge = |src: &str| {
+            let out = t.idem(
+                &["run", &dim, "--date", "2026-06-01", "--json"],
+                &[("SRC", src)],
+            );
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            json_lines(&out)
+        };
+        let rows = || {
+            let dir = tempfile::tempdir().unwrap();
+            readers(&[
+                "s3-get",
+                s3_endpoint(),
+                &format!("{url}/"),
+                dir.path().to_str().unwrap(),
+            ]);
+            readers(&["table", dir.path().to_str().unwrap()])
+        };
+        merge(&base);
+        // Updates (even ids move to NZ) and new keys.
+        let a = changes(&t.lake, "a", &[10, 11, 12, 13, 14], &[2001, 2002], "NZ");
+        merge(&a);
+        assert_eq!(rows(), oracle(&base, &[&a]), "[{partition_by}]");
+        let keys = t.keys("lake/dim_customers/");
+        let again = merge(&a);
+        assert!(
+            actions(&again).iter().all(|(_, x)| x == "unchanged"),
+            "[{partition_by}] {again:?}"
+        );
+        assert_eq!(t.keys("lake/dim_customers/"), keys);
+
+        // Two merges at once: both land (the loser merges again on top of the winner).
+        let b = changes(&t.lake, "b", &[20, 21, 22], &[3001], "ZA");
+        let c = changes(&t.lake, "c", &[30, 31, 32], &[3002], "ZA");
+        let children: Vec<_> = [&b, &c]
+            .iter()
+            .map(|src| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+                    .args(["run", &dim, "--date", "2026-06-01"])
+                    .current_dir(t.lake.path())
+                    .envs(s3_env())
+                    .env("SRC", src)
+                    .env_remove("IDEM_FAILPOINTS")
+                    .output()
+                    .unwrap()
+            })
+            .collect();
+        for out in children {
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert_eq!(rows(), oracle(&base, &[&a, &b, &c]), "[{partition_by}]");
+        assert!(t.keys("lake/_idem/dim_customers/staging/").is_empty());
+    }
+}

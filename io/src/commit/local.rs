@@ -375,6 +375,14 @@ impl CommitBackend for LocalTable {
         Some(self)
     }
 
+    fn lock_writes(&self) -> Result<Option<Box<dyn std::any::Any + Send>>> {
+        Ok(Some(Box::new(LocalTable::lock_writes(self)?)))
+    }
+
+    fn file_location(&self, p: &PartitionPath, name: &str) -> String {
+        self.partition_dir(p).join(name).display().to_string()
+    }
+
     fn staging_dir(&self, run_id: &str, p: &PartitionPath) -> PathBuf {
         self.meta.join("staging").join(run_id).join(p.rel_path())
     }

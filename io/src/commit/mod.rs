@@ -73,10 +73,21 @@ pub trait CommitBackend: Send + Sync {
     fn clean_dead_runs(&self) -> Result<Vec<String>>;
     /// Appends a restatement event to the table's log, never overwriting one.
     fn append_log(&self, event: &crate::log::Restatement) -> Result<()>;
-    /// The local implementation, for what only it supports (merges).
+    /// The local implementation, for what only it supports (keeping files in a merge).
     fn as_local(&self) -> Option<&local::LocalTable> {
         None
     }
+    /// Serializes read-modify-write writers (merges) of the table while held; `None`
+    /// where the backend instead publishes such writes only against the version they
+    /// read (see `WrittenPartition::expected`).
+    fn lock_writes(&self) -> Result<Option<Box<dyn std::any::Any + Send>>>;
+    /// The version of the live partition a read-modify-write must find at publish
+    /// (`None` for backends that lock instead, and for a partition with no marker).
+    fn live_version(&self, _p: &PartitionPath) -> Result<Option<u64>> {
+        Ok(None)
+    }
+    /// Where data file `name` of partition `p` is read from: a path, or a URL.
+    fn file_location(&self, p: &PartitionPath, name: &str) -> String;
     /// Where a run stages partition `p` (outside the table root).
     fn staging_dir(&self, run_id: &str, p: &PartitionPath) -> PathBuf;
     /// Live partitions, found by listing `depth` levels of `col=value` directories.

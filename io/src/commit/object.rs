@@ -519,6 +519,13 @@ impl ObjectTable {
         crate::failpoint::hit("before_swap")?;
         for _ in 0..COMMIT_ROUNDS {
             let current = self.read_marker(p).await?;
+            if let Some(expected) = written.expected
+                && current.as_ref().map(|(m, _)| m.seq) != expected
+            {
+                return Err(Error::Conflict {
+                    partition: p.to_string(),
+                });
+            }
             if let Some((m, _)) = &current
                 && m.run_id != *run_id
                 && m.manifest.digest == written.manifest.digest
@@ -555,6 +562,11 @@ impl ObjectTable {
                             | object_store::Error::Precondition { .. }
                     );
                     if !ours {
+                        if conflict && written.expected.is_some() {
+                            return Err(Error::Conflict {
+                                partition: p.to_string(),
+                            });
+                        }
                         if conflict {
                             continue; // another writer won this round
                         }
@@ -727,6 +739,23 @@ impl CommitBackend for ObjectTable {
         self.block(self.recover())
     }
 
+    fn lock_writes(&self) -> Result<Option<Box<dyn std::any::Any + Send>>> {
+        Ok(None)
+    }
+
+    fn live_version(&self, p: &PartitionPath) -> Result<Option<u64>> {
+        Ok(self.block(self.read_marker(p))?.map(|(m, _)| m.seq))
+    }
+
+    fn file_location(&self, p: &PartitionPath, name: &str) -> String {
+        let rel = p.rel_path().to_string_lossy().into_owned();
+        if rel.is_empty() {
+            format!("{}/{name}", self.url)
+        } else {
+            format!("{}/{rel}/{name}", self.url)
+        }
+    }
+
     fn staging_dir(&self, run_id: &str, p: &PartitionPath) -> PathBuf {
         self.local.join(run_id).join(p.rel_path())
     }
@@ -798,10 +827,11 @@ impl CommitBackend for ObjectTable {
             if files.is_empty() {
                 return Ok(None);
             }
+            let base = crate::store::store_base(&self.url).unwrap_or_default();
             Ok(Some(LiveState::Foreign {
                 files: files
                     .into_iter()
-                    .map(|o| PathBuf::from(o.location.to_string()))
+                    .map(|o| PathBuf::from(format!("{base}/{}", o.location)))
                     .collect(),
             }))
         })
