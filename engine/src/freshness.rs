@@ -11,8 +11,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use idem_io::commit::CommitBackend;
-use idem_io::commit::local::LocalTable;
 use idem_io::manifest::{InputFile, LiveState};
 
 use crate::error::{Error, Result};
@@ -23,7 +21,7 @@ use crate::window::{Window, interval_of};
 /// The owned partitions, reported `fresh`, when the whole window is fresh.
 pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<PartitionReport>>> {
     let window = Window::parse(job.target.grain, &opts.date)?.with_lookback(job.lookback);
-    let table = LocalTable::new(&job.target.path);
+    let table = crate::table::open(job)?;
     let Some(time_column) = job.target.time_column.as_deref().or(job
         .target
         .partition_by
@@ -76,7 +74,26 @@ pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<Parti
 pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
     let mut by_dir: BTreeMap<&Path, BTreeSet<&str>> = BTreeMap::new();
     let mut idem_dirs: BTreeMap<&Path, &str> = BTreeMap::new();
+    let mut remote_dirs: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for f in inputs {
+        if idem_io::store::is_url(&f.path) {
+            // An object: its partition's digest through the marker, else its size
+            // and ETag, and no new object beside it.
+            if let Some(digest) = &f.idem_digest {
+                if idem_io::manifest::remote_partition_digest(&f.path).as_ref() != Some(digest) {
+                    return Some(f.path.clone());
+                }
+                continue;
+            }
+            match idem_io::store::head(&f.path) {
+                Some((size, etag)) if size == f.size && (f.etag.is_none() || etag == f.etag) => {}
+                _ => return Some(f.path.clone()),
+            }
+            if let Some((dir, _)) = f.path.rsplit_once('/') {
+                remote_dirs.entry(dir).or_default().insert(&f.path);
+            }
+            continue;
+        }
         let path = Path::new(&f.path);
         // A file of an idem partition: compare the partition's live digest.
         if let (Some(digest), Some(dir)) = (&f.idem_digest, path.parent()) {
@@ -102,6 +119,17 @@ pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
         match idem_io::manifest::read_partition(dir) {
             Ok(LiveState::Managed(m)) if m.digest == digest => {}
             _ => return Some(dir.display().to_string()),
+        }
+    }
+    for (dir, urls) in remote_dirs {
+        let Some(listed) = idem_io::store::list_dir(dir) else {
+            return Some(dir.to_string());
+        };
+        for u in listed {
+            let name = u.rsplit('/').next().unwrap_or_default();
+            if !name.starts_with(['.', '_']) && !urls.contains(u.as_str()) {
+                return Some(u);
+            }
         }
     }
     for (dir, names) in by_dir {

@@ -6,8 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use idem_io::commit::CommitBackend;
-use idem_io::commit::local::LocalTable;
 use idem_io::manifest::LiveState;
 use serde::Serialize;
 
@@ -161,7 +159,7 @@ impl Project {
             if ups.is_empty() {
                 continue;
             }
-            let table = LocalTable::new(&j.target.path);
+            let table = crate::table::open(j)?;
             let storage = |source| Error::Storage {
                 target: j.target.path.clone(),
                 source,

@@ -104,6 +104,10 @@ impl InputFile {
     /// Records the digest of the idem partition the file belongs to, if it does (its
     /// directory is a partition whose footers carry a manifest listing the file).
     pub fn with_idem_digest(mut self) -> Self {
+        if crate::store::is_url(&self.path) {
+            self.idem_digest = remote_partition_digest(&self.path);
+            return self;
+        }
         let path = Path::new(&self.path);
         if self.path.ends_with(".parquet")
             && let Some(dir) = path.parent()
@@ -112,6 +116,39 @@ impl InputFile {
             self.idem_digest = Some(m.digest);
         }
         self
+    }
+}
+
+/// For a file of an idem table on an object store
+/// (`s3://b/lake/t/dt=2026-06-01/part-000001-00000.parquet`): the digest its partition's
+/// marker records, when the marker lists the file.
+pub fn remote_partition_digest(url: &str) -> Option<String> {
+    let (dir, name) = url.rsplit_once('/')?;
+    // The partition directories are the trailing `col=value` components.
+    let mut root = dir;
+    let mut rel: Vec<&str> = Vec::new();
+    while let Some((parent, last)) = root.rsplit_once('/') {
+        if !last.contains('=') {
+            break;
+        }
+        rel.insert(0, last);
+        root = parent;
+    }
+    let table = crate::commit::object::ObjectTable::new(
+        root,
+        &crate::store::StorageOptions::default(),
+        &std::env::temp_dir().join("idem-staging"),
+    )
+    .ok()?;
+    let p = if rel.is_empty() {
+        crate::hive::PartitionPath::root()
+    } else {
+        crate::hive::PartitionPath::parse(&rel.join("/")).ok()?
+    };
+    use crate::commit::CommitBackend;
+    match table.live_state(&p).ok()?? {
+        LiveState::Managed(m) if m.files.iter().any(|f| f.name == name) => Some(m.digest),
+        _ => None,
     }
 }
 

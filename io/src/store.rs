@@ -80,6 +80,58 @@ pub fn object_store(url: &str, opts: &StorageOptions) -> Result<Arc<dyn ObjectSt
     }
 }
 
+/// The runtime object-store calls run on: one per process, never dropped (a runtime
+/// cannot be dropped from inside another one's tasks).
+pub(crate) fn io_runtime() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("idem-store")
+            .enable_all()
+            .build()
+            .expect("start the object-store runtime")
+    })
+}
+
+/// Runs `f` on the object-store runtime and waits for it (callable from anywhere,
+/// including from inside another runtime).
+pub(crate) fn block<T: Send>(f: impl std::future::Future<Output = T> + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| io_runtime().block_on(f))
+            .join()
+            .expect("object-store task panicked")
+    })
+}
+
+/// Size and ETag of the object at `url`; `None` when it does not exist or cannot be
+/// reached (options from the AWS_* environment).
+pub fn head(url: &str) -> Option<(u64, Option<String>)> {
+    let store = object_store(url, &StorageOptions::default()).ok()?;
+    let key = object_store::path::Path::from(key_of(url));
+    block(async {
+        use object_store::ObjectStoreExt;
+        store.head(&key).await.ok().map(|m| (m.size, m.e_tag))
+    })
+}
+
+/// The URLs of the objects directly under the "directory" `url`.
+pub fn list_dir(url: &str) -> Option<Vec<String>> {
+    let store = object_store(url, &StorageOptions::default()).ok()?;
+    let base = store_base(url)?;
+    let prefix = object_store::path::Path::from(key_of(url));
+    block(async {
+        let listed = store.list_with_delimiter(Some(&prefix)).await.ok()?;
+        Some(
+            listed
+                .objects
+                .into_iter()
+                .map(|o| format!("{base}/{}", o.location))
+                .collect(),
+        )
+    })
+}
+
 /// The object's key under its bucket: `s3://bucket/a/b` → `a/b`.
 pub fn key_of(url: &str) -> String {
     url.split_once("://")

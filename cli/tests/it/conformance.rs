@@ -372,6 +372,22 @@ fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean()
         );
         assert_eq!(digests_of(&t.status("daily")), digests, "{backend:?}");
         assert_eq!(t.data_files("daily").len(), 8, "{backend:?}");
+        // Decided from the manifests alone: every date is fresh.
+        let fresh = t.ok(&[
+            "backfill",
+            &t.daily_job,
+            "--from",
+            "2026-06-01",
+            "--to",
+            "2026-06-07",
+            "--skip-fresh",
+            "--json",
+        ]);
+        assert!(
+            actions(&fresh).iter().all(|(_, a)| a == "fresh") && actions(&fresh).len() == 7,
+            "{backend:?}: {:?}",
+            actions(&fresh)
+        );
     }
 }
 

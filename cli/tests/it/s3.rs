@@ -292,6 +292,26 @@ partition_by = ["dt"]
         readers(&["table", t.lake.join("out/remote").to_str().unwrap()]),
         readers(&["table", t.lake.join("out/local").to_str().unwrap()])
     );
+    // Nothing upstream changed: the downstream date is fresh, from its manifest.
+    let fresh = t.idem(
+        &[
+            "backfill",
+            &remote,
+            "--from",
+            "2026-06-03",
+            "--to",
+            "2026-06-03",
+            "--skip-fresh",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(
+        actions(&json_lines(&fresh)),
+        vec![("dt=2026-06-03".into(), "fresh".into())],
+        "{}",
+        String::from_utf8_lossy(&fresh.stderr)
+    );
     // Upstream day 3 changes and is committed but not applied (the run dies right
     // after its marker is put): a plain listing still holds the old file only, but
     // the downstream job reads the committed rows through the marker.
@@ -308,7 +328,24 @@ partition_by = ["dt"]
         "{listed:?}"
     );
     day(&local_daily);
-    day(&remote);
+    // The upstream partition's digest moved: no longer fresh.
+    let stale = t.idem(
+        &[
+            "backfill",
+            &remote,
+            "--from",
+            "2026-06-03",
+            "--to",
+            "2026-06-03",
+            "--skip-fresh",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(
+        actions(&json_lines(&stale)),
+        vec![("dt=2026-06-03".into(), "written".into())]
+    );
     day(&local);
     assert_eq!(
         readers(&["table", t.lake.join("out/remote").to_str().unwrap()]),

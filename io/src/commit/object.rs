@@ -121,20 +121,6 @@ pub struct ObjectTable {
     local: PathBuf,
 }
 
-/// The runtime object-store calls run on: one per process, never dropped (a runtime
-/// cannot be dropped from inside another one's tasks).
-fn io_runtime() -> &'static tokio::runtime::Runtime {
-    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("idem-store")
-            .enable_all()
-            .build()
-            .expect("start the object-store runtime")
-    })
-}
-
 impl ObjectTable {
     /// Describes the table at `url` (`s3://bucket/prefix/table`); its metadata lives in
     /// `s3://bucket/prefix/_idem/table/`, and runs stage their files locally under
@@ -275,14 +261,8 @@ impl ObjectTable {
         })
     }
 
-    /// Runs `f` on the object-store runtime and waits for it (callable from anywhere,
-    /// including from inside another runtime).
     fn block<T: Send>(&self, f: impl std::future::Future<Output = T> + Send) -> T {
-        std::thread::scope(|s| {
-            s.spawn(|| io_runtime().block_on(f))
-                .join()
-                .expect("object-store task panicked")
-        })
+        crate::store::block(f)
     }
 
     fn err(&self, op: &'static str, key: &ObjectPath) -> impl FnOnce(object_store::Error) -> Error {
