@@ -224,6 +224,16 @@ pub fn gc(root: &Path) -> Result<Vec<String>> {
 
 /// `idem log TABLE`: the table's restatement events, oldest first.
 pub fn log(root: &Path) -> Result<Vec<idem_io::log::Restatement>> {
+    let url = root.to_string_lossy();
+    if idem_io::store::is_url(&url) {
+        let staging = std::env::temp_dir().join("idem-staging");
+        return idem_io::commit::object::ObjectTable::new(&url, &Default::default(), &staging)
+            .and_then(|t| t.log())
+            .map_err(|source| Error::Storage {
+                target: root.to_path_buf(),
+                source,
+            });
+    }
     let table = idem_io::commit::local::LocalTable::new(root);
     idem_io::log::read(&table.log_dir()).map_err(|source| Error::Storage {
         target: root.to_path_buf(),

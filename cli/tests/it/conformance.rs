@@ -327,6 +327,9 @@ fn twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition() {
         );
         t.assert_clean(&t.reference(), "after one changed day");
         assert_eq!(t.log_events(), 1, "{backend:?}: one restatement");
+        let log = t.ok(&["log", &t.target("crashy"), "--json"]);
+        assert_eq!(log.len(), 1, "{backend:?}: {log:?}");
+        assert_eq!(log[0]["partition"], "dt=2026-06-03", "{backend:?}");
     }
 }
 

@@ -244,6 +244,38 @@ impl ObjectTable {
         Ok(out)
     }
 
+    /// The table's restatement events, oldest first.
+    pub fn log(&self) -> Result<Vec<Restatement>> {
+        self.block(async {
+            let prefix = ObjectPath::from(format!("{}/log", self.meta));
+            let mut objects: Vec<object_store::ObjectMeta> = self
+                .store
+                .list(Some(&prefix))
+                .try_collect()
+                .await
+                .map_err(self.err("list", &prefix))?;
+            objects.sort_by(|a, b| a.location.cmp(&b.location));
+            let mut out = Vec::with_capacity(objects.len());
+            for o in objects {
+                let bytes = self
+                    .store
+                    .get(&o.location)
+                    .await
+                    .map_err(self.err("read", &o.location))?
+                    .bytes()
+                    .await
+                    .map_err(self.err("read", &o.location))?;
+                out.push(
+                    serde_json::from_slice(&bytes).map_err(|e| Error::BadManifest {
+                        path: PathBuf::from(o.location.to_string()),
+                        reason: e.to_string(),
+                    })?,
+                );
+            }
+            Ok(out)
+        })
+    }
+
     /// Runs with staged uploads still present (in progress, dead, or not yet applied).
     pub fn staged_runs(&self) -> Result<Vec<String>> {
         self.block(async {
@@ -376,6 +408,22 @@ impl ObjectTable {
         let mut file = tokio::fs::File::open(local)
             .await
             .map_err(Error::io("open", local))?;
+        let len = file
+            .metadata()
+            .await
+            .map_err(Error::io("stat", local))?
+            .len();
+        if len <= CHUNK as u64 {
+            // One plain put: nothing a killed process could leave half-uploaded.
+            let bytes = tokio::fs::read(local)
+                .await
+                .map_err(Error::io("read", local))?;
+            self.store
+                .put(key, PutPayload::from(bytes))
+                .await
+                .map_err(self.err("upload", key))?;
+            return Ok(len);
+        }
         let upload = self
             .store
             .put_multipart(key)
