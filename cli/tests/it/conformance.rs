@@ -11,7 +11,8 @@ use serde_json::Value;
 use crate::common::*;
 use crate::s3::{bucket, idem_s3};
 
-const MONTH_JOB: &str = r#"
+/// A month job over the sample lake: seven daily partitions per run.
+pub const MONTH_JOB: &str = r#"
 name = "crashy"
 [sources.orders]
 path = "testdata/lake/raw/orders/"
@@ -348,27 +349,24 @@ fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean()
         assert_eq!(s["partitions"][0]["rows"], 0, "{backend:?}: {s}");
         assert_eq!(t.data_files("daily").len(), 1, "{backend:?}");
 
-        let run = t.ok(&[
-            "backfill",
-            &t.daily_job,
-            "--from",
-            "2026-06-01",
-            "--to",
-            "2026-06-07",
-            "--json",
-        ]);
+        let backfill = |extra: &[&str]| {
+            let mut args = vec![
+                "backfill",
+                &t.daily_job,
+                "--from",
+                "2026-06-01",
+                "--to",
+                "2026-06-07",
+                "--json",
+            ];
+            args.extend_from_slice(extra);
+            t.ok(&args)
+        };
+        let run = backfill(&[]);
         let written = actions(&run).iter().filter(|(_, a)| a == "written").count();
         assert_eq!(written, 7, "{backend:?}");
         let digests = digests_of(&t.status("daily"));
-        let again = t.ok(&[
-            "backfill",
-            &t.daily_job,
-            "--from",
-            "2026-06-01",
-            "--to",
-            "2026-06-07",
-            "--json",
-        ]);
+        let again = backfill(&[]);
         assert!(
             actions(&again).iter().all(|(_, a)| a == "unchanged"),
             "{backend:?}"
@@ -376,16 +374,7 @@ fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean()
         assert_eq!(digests_of(&t.status("daily")), digests, "{backend:?}");
         assert_eq!(t.data_files("daily").len(), 8, "{backend:?}");
         // Decided from the manifests alone: every date is fresh.
-        let fresh = t.ok(&[
-            "backfill",
-            &t.daily_job,
-            "--from",
-            "2026-06-01",
-            "--to",
-            "2026-06-07",
-            "--skip-fresh",
-            "--json",
-        ]);
+        let fresh = backfill(&["--skip-fresh"]);
         assert!(
             actions(&fresh).iter().all(|(_, a)| a == "fresh") && actions(&fresh).len() == 7,
             "{backend:?}: {:?}",

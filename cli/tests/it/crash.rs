@@ -8,23 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-const JOB: &str = r#"
-name = "crashy"
-[sources.orders]
-path = "testdata/lake/raw/orders/"
-partitioned_by = [{ name = "created_date", type = "date" }]
-[transform]
-sql = """
-select order_id, customer_id, amount_usd, status, created_date as dt
-from orders
-where created_date >= $run_date and created_date < cast($run_end as date)
-"""
-[target]
-path = "out/crashy"
-partition_by = ["dt"]
-grain = "month"
-row_group_rows = 200
-"#;
+/// The month job of the conformance suite, writing the local table `out/crashy`.
+fn job_text() -> String {
+    crate::conformance::MONTH_JOB.replace("TARGET", "out/crashy")
+}
 
 /// Two states of the source: the sample lake (A) and the same days regenerated with
 /// another seed (B).
@@ -65,7 +52,7 @@ fn run(lake: &Lake, job: &str) {
 fn reference() -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let lake = Lake::new();
     let sources = Sources::new(&lake);
-    let job = lake.job("crashy", JOB);
+    let job = lake.job("crashy", &job_text());
     run(&lake, &job);
     let a = digests(&lake);
     sources.switch(&lake, true);
@@ -120,7 +107,7 @@ fn abort_at_every_failpoint_then_rerun() {
     for point in FAILPOINTS {
         let lake = Lake::new();
         let sources = Sources::new(&lake);
-        let job = lake.job("crashy", JOB);
+        let job = lake.job("crashy", &job_text());
         run(&lake, &job);
         sources.switch(&lake, true);
         let out = idem_in(
@@ -148,7 +135,7 @@ fn a_failpoint_error_leaves_the_table_old_or_new_and_the_next_run_cleans_up() {
     let (a, b) = reference();
     let lake = Lake::new();
     let sources = Sources::new(&lake);
-    let job = lake.job("crashy", JOB);
+    let job = lake.job("crashy", &job_text());
     run(&lake, &job);
     sources.switch(&lake, true);
     let out = idem_in(
@@ -179,7 +166,7 @@ fn sigkill_at_random_moments() {
     let (a, b) = reference();
     let lake = Lake::new();
     let sources = Sources::new(&lake);
-    let job = lake.job("crashy", JOB);
+    let job = lake.job("crashy", &job_text());
     run(&lake, &job);
 
     // How long an undisturbed run takes here, to spread the kills over all of it.
@@ -237,7 +224,7 @@ fn sigkill_at_random_moments() {
 #[test]
 fn a_live_run_is_never_cleaned_up() {
     let lake = Lake::new();
-    let job = lake.job("crashy", JOB);
+    let job = lake.job("crashy", &job_text());
     run(&lake, &job);
     let hooks = tempfile::tempdir().unwrap();
     let mut paused = Command::new(env!("CARGO_BIN_EXE_idem"))

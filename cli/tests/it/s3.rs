@@ -293,19 +293,23 @@ partition_by = ["dt"]
         readers(&["table", t.lake.join("out/local").to_str().unwrap()])
     );
     // Nothing upstream changed: the downstream date is fresh, from its manifest.
-    let fresh = t.idem(
-        &[
-            "backfill",
-            &remote,
-            "--from",
-            "2026-06-03",
-            "--to",
-            "2026-06-03",
-            "--skip-fresh",
-            "--json",
-        ],
-        &[],
-    );
+    // `--skip-fresh` of the downstream date, decided from the manifests.
+    let skip_fresh = || {
+        t.idem(
+            &[
+                "backfill",
+                &remote,
+                "--from",
+                "2026-06-03",
+                "--to",
+                "2026-06-03",
+                "--skip-fresh",
+                "--json",
+            ],
+            &[],
+        )
+    };
+    let fresh = skip_fresh();
     assert_eq!(
         actions(&json_lines(&fresh)),
         vec![("dt=2026-06-03".into(), "fresh".into())],
@@ -329,19 +333,7 @@ partition_by = ["dt"]
     );
     day(&local_daily);
     // The upstream partition's digest moved: no longer fresh.
-    let stale = t.idem(
-        &[
-            "backfill",
-            &remote,
-            "--from",
-            "2026-06-03",
-            "--to",
-            "2026-06-03",
-            "--skip-fresh",
-            "--json",
-        ],
-        &[],
-    );
+    let stale = skip_fresh();
     assert_eq!(
         actions(&json_lines(&stale)),
         vec![("dt=2026-06-03".into(), "written".into())]

@@ -176,12 +176,7 @@ impl ObjectTable {
             ObjectPath::from(format!("{}/markers", self.meta)),
             self.root.clone(),
         ] {
-            let listed: Vec<object_store::ObjectMeta> = self
-                .store
-                .list(Some(&prefix))
-                .try_collect()
-                .await
-                .map_err(self.err("list", &prefix))?;
+            let listed = self.list_all(&prefix).await?;
             for o in listed {
                 let Some(rel) = o.location.as_ref().strip_prefix(prefix.as_ref()) else {
                     continue;
@@ -248,12 +243,7 @@ impl ObjectTable {
     pub fn log(&self) -> Result<Vec<Restatement>> {
         self.block(async {
             let prefix = ObjectPath::from(format!("{}/log", self.meta));
-            let mut objects: Vec<object_store::ObjectMeta> = self
-                .store
-                .list(Some(&prefix))
-                .try_collect()
-                .await
-                .map_err(self.err("list", &prefix))?;
+            let mut objects = self.list_all(&prefix).await?;
             objects.sort_by(|a, b| a.location.cmp(&b.location));
             let mut out = Vec::with_capacity(objects.len());
             for o in objects {
@@ -505,26 +495,32 @@ impl ObjectTable {
             if seq_of(name).is_some_and(|s| s >= marker.seq) {
                 continue; // a newer marker's file
             }
-            match self.store.delete(&o.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(self.err("delete", &o.location)(e)),
-            }
+            self.delete_quiet(&o.location).await?;
         }
         Ok(())
     }
 
-    async fn delete_prefix(&self, prefix: &ObjectPath) -> Result<()> {
-        let objects: Vec<_> = self
-            .store
+    /// Every object under `prefix`.
+    async fn list_all(&self, prefix: &ObjectPath) -> Result<Vec<object_store::ObjectMeta>> {
+        self.store
             .list(Some(prefix))
             .try_collect()
             .await
-            .map_err(self.err("list", prefix))?;
+            .map_err(self.err("list", prefix))
+    }
+
+    /// Deletes `key`; one already gone is fine.
+    async fn delete_quiet(&self, key: &ObjectPath) -> Result<()> {
+        match self.store.delete(key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err("delete", key)(e)),
+        }
+    }
+
+    async fn delete_prefix(&self, prefix: &ObjectPath) -> Result<()> {
+        let objects = self.list_all(prefix).await?;
         for o in objects {
-            match self.store.delete(&o.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(self.err("delete", &o.location)(e)),
-            }
+            self.delete_quiet(&o.location).await?;
         }
         Ok(())
     }
@@ -621,12 +617,7 @@ impl ObjectTable {
     /// staged without committing (once older than an hour: a live run may be uploading).
     async fn recover(&self) -> Result<Vec<String>> {
         let staging = ObjectPath::from(format!("{}/staging", self.meta));
-        let objects: Vec<object_store::ObjectMeta> = self
-            .store
-            .list(Some(&staging))
-            .try_collect()
-            .await
-            .map_err(self.err("list", &staging))?;
+        let objects = self.list_all(&staging).await?;
         // run id → partition rel → newest modification
         let mut runs: std::collections::BTreeMap<
             String,
@@ -673,10 +664,7 @@ impl ObjectTable {
             }
             if removed_all && !alive {
                 let lease = self.lease_key(&run);
-                match self.store.delete(&lease).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) => return Err(self.err("delete", &lease)(e)),
-                }
+                self.delete_quiet(&lease).await?;
                 cleaned.push(run);
             }
         }
@@ -792,12 +780,7 @@ impl CommitBackend for ObjectTable {
         self.block(async {
             let mut out = std::collections::BTreeSet::new();
             let markers = ObjectPath::from(format!("{}/markers", self.meta));
-            let listed: Vec<object_store::ObjectMeta> = self
-                .store
-                .list(Some(&markers))
-                .try_collect()
-                .await
-                .map_err(self.err("list", &markers))?;
+            let listed = self.list_all(&markers).await?;
             for o in listed {
                 let Some(rel) = o
                     .location
@@ -817,12 +800,7 @@ impl CommitBackend for ObjectTable {
                 }
             }
             // Partitions another tool wrote (no marker).
-            let data: Vec<object_store::ObjectMeta> = self
-                .store
-                .list(Some(&self.root))
-                .try_collect()
-                .await
-                .map_err(self.err("list", &self.root))?;
+            let data = self.list_all(&self.root).await?;
             for o in data {
                 let Some(rel) = o
                     .location
@@ -891,12 +869,7 @@ impl CommitBackend for ObjectTable {
         // cannot be read now.
         self.block(async {
             let staging = self.staging_prefix(run_id);
-            let objects: Vec<object_store::ObjectMeta> = self
-                .store
-                .list(Some(&staging))
-                .try_collect()
-                .await
-                .map_err(self.err("list", &staging))?;
+            let objects = self.list_all(&staging).await?;
             let mut rels: Vec<String> = objects
                 .iter()
                 .filter_map(|o| {
