@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use object_store::ObjectStore;
+use object_store::multipart::MultipartStore;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -41,8 +42,17 @@ pub fn store_base(url: &str) -> Option<String> {
     Some(format!("{scheme}://{bucket}"))
 }
 
+/// A bucket's object store, and its multipart interface where it has one.
+pub type Stores = (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>);
+
 /// Builds the object store for `url`'s bucket.
 pub fn object_store(url: &str, opts: &StorageOptions) -> Result<Arc<dyn ObjectStore>> {
+    Ok(stores(url, opts)?.0)
+}
+
+/// The object store for `url`'s bucket, and its multipart interface where it has one
+/// (used to record each upload's id, so a killed run's parts can be aborted later).
+pub fn stores(url: &str, opts: &StorageOptions) -> Result<Stores> {
     let bad = |reason: String| Error::Url {
         url: url.to_string(),
         reason,
@@ -66,8 +76,8 @@ pub fn object_store(url: &str, opts: &StorageOptions) -> Result<Arc<dyn ObjectSt
             if let Some(p) = opts.path_style {
                 b = b.with_virtual_hosted_style_request(!p);
             }
-            let store = b.build().map_err(|e| bad(e.to_string()))?;
-            Ok(Arc::new(store))
+            let store = Arc::new(b.build().map_err(|e| bad(e.to_string()))?);
+            Ok((store.clone(), Some(store)))
         }
         other => Err(bad(format!(
             "`{other}://` is not supported by this build{}",

@@ -10,6 +10,8 @@
                                     downloads what a plain lister sees under PREFIX
     readers.py s3-list ENDPOINT s3://BUCKET/PREFIX
                                     the keys under PREFIX
+    readers.py s3-uploads ENDPOINT s3://BUCKET/PREFIX
+                                    keys of multipart uploads in progress under PREFIX
     readers.py s3-watch ENDPOINT s3://BUCKET/META/markers/P.json s3://BUCKET/TABLE/P STOPFILE
                                     reads the partition through its marker until STOPFILE
                                     exists: every file the marker lists must exist
@@ -222,6 +224,10 @@ def main():
         print(json.dumps(files(arg.rstrip("/"))))
     elif cmd == "s3-get":
         print(json.dumps(s3_get(arg, sys.argv[3], sys.argv[4])))
+    elif cmd == "s3-uploads":
+        bucket, prefix = split(sys.argv[3])
+        ups = s3_client(arg).list_multipart_uploads(Bucket=bucket, Prefix=prefix)
+        print(json.dumps(sorted(u["Key"] for u in ups.get("Uploads", []))))
     elif cmd == "s3-list":
         print(json.dumps(s3_list(arg, sys.argv[3])))
     elif cmd == "s3-watch":

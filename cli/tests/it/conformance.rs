@@ -122,7 +122,7 @@ impl Table {
         self.ok(&["run", job, "--date", "2026-06", "--json"])
     }
 
-    fn ok(&self, args: &[&str]) -> Vec<Value> {
+    pub fn ok(&self, args: &[&str]) -> Vec<Value> {
         let out = self.idem(args, &[]);
         assert!(
             out.status.success(),

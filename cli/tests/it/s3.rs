@@ -417,3 +417,43 @@ fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
         assert!(t.keys("lake/_idem/dim_customers/staging/").is_empty());
     }
 }
+
+#[test]
+fn a_run_killed_mid_upload_leaves_no_parts_behind() {
+    let t = Table::new(Backend::S3, "parts");
+    // A day large enough for a multipart upload (its file is over 8 MiB).
+    let raw = t.lake.join("testdata/lake/raw/orders");
+    std::fs::remove_dir_all(&raw).unwrap();
+    let spec = idem_testdata::OrdersSpec {
+        days: 1,
+        rows_per_day: 1_000_000,
+        customers: 1_000_000,
+        ..Default::default()
+    };
+    idem_testdata::write_orders(&raw, &spec).unwrap();
+    let uploads = || {
+        readers(&["s3-uploads", s3_endpoint(), &t.url("lake/")])
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let out = t.idem(
+        &["run", &t.daily_job, "--date", "2026-06-01"],
+        &[("IDEM_FAILPOINTS", "after_upload_part=abort")],
+    );
+    assert!(!out.status.success());
+    assert_eq!(uploads(), 1, "the killed run left its upload in progress");
+    assert!(
+        t.keys("lake/daily/").is_empty(),
+        "nothing under the table root"
+    );
+    // The next run aborts the dead run's upload, then publishes its own.
+    let done = t.ok(&["run", &t.daily_job, "--date", "2026-06-01", "--json"]);
+    assert_eq!(
+        actions(&done),
+        vec![("dt=2026-06-01".into(), "written".into())]
+    );
+    assert_eq!(uploads(), 0);
+    assert!(t.keys("lake/_idem/daily/uploads/").is_empty());
+    assert!(t.keys("lake/_idem/daily/staging/").is_empty());
+}

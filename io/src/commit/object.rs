@@ -41,6 +41,7 @@ use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{
     ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion, WriteMultipart,
+    multipart::MultipartStore,
 };
 use serde::{Deserialize, Serialize};
 
@@ -112,13 +113,30 @@ pub struct MarkerFile {
 }
 
 /// A table on an object store.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ObjectTable {
     url: String,
     store: Arc<dyn ObjectStore>,
+    multipart: Option<Arc<dyn MultipartStore>>,
     root: ObjectPath,
     meta: ObjectPath,
     local: PathBuf,
+}
+
+impl std::fmt::Debug for ObjectTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectTable")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+/// A multipart upload in progress, recorded under `_idem/<table>/uploads/<run id>/` so
+/// that the parts of a run killed mid-upload can be aborted by the next run or `gc`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct UploadRecord {
+    key: String,
+    id: String,
 }
 
 impl ObjectTable {
@@ -131,7 +149,7 @@ impl ObjectTable {
         local_staging: &Path,
     ) -> Result<Self> {
         let url = url.trim_end_matches('/').to_string();
-        let store = crate::store::object_store(&url, options)?;
+        let (store, multipart) = crate::store::stores(&url, options)?;
         let key = crate::store::key_of(&url);
         if key.is_empty() {
             return Err(Error::Url {
@@ -152,6 +170,7 @@ impl ObjectTable {
             meta: ObjectPath::from(format!("{parent}{}/{name}", super::local::META_DIR)),
             url,
             store,
+            multipart,
             local,
         })
     }
@@ -393,7 +412,7 @@ impl ObjectTable {
             .collect())
     }
 
-    async fn upload(&self, local: &Path, key: &ObjectPath) -> Result<u64> {
+    async fn upload(&self, local: &Path, key: &ObjectPath, run_id: &str) -> Result<u64> {
         use tokio::io::AsyncReadExt;
         let mut file = tokio::fs::File::open(local)
             .await
@@ -413,6 +432,11 @@ impl ObjectTable {
                 .await
                 .map_err(self.err("upload", key))?;
             return Ok(len);
+        }
+        if let Some(mp) = &self.multipart {
+            return self
+                .upload_recorded(mp.as_ref(), &mut file, key, run_id)
+                .await;
         }
         let upload = self
             .store
@@ -442,6 +466,118 @@ impl ObjectTable {
         }
         writer.finish().await.map_err(self.err("upload", key))?;
         Ok(total)
+    }
+
+    /// A multipart upload whose id is recorded first, parts at most `IN_FLIGHT` at a
+    /// time (bounded memory); aborted (and its record removed) on failure.
+    async fn upload_recorded(
+        &self,
+        mp: &dyn MultipartStore,
+        file: &mut tokio::fs::File,
+        key: &ObjectPath,
+        run_id: &str,
+    ) -> Result<u64> {
+        use tokio::io::AsyncReadExt;
+        let id = mp
+            .create_multipart(key)
+            .await
+            .map_err(self.err("start upload", key))?;
+        let record = ObjectPath::from(format!(
+            "{}/uploads/{run_id}/{:016x}.json",
+            self.meta,
+            xxhash_rust::xxh3::xxh3_64(key.as_ref().as_bytes())
+        ));
+        let body = serde_json::to_vec(&UploadRecord {
+            key: key.to_string(),
+            id: id.clone(),
+        })
+        .expect("record serializes");
+        self.store
+            .put(&record, PutPayload::from(body))
+            .await
+            .map_err(self.err("record upload", &record))?;
+        let result: Result<(Vec<object_store::multipart::PartId>, u64)> = async {
+            let mut parts = Vec::new();
+            let mut in_flight = futures::stream::FuturesOrdered::new();
+            let mut total = 0u64;
+            let mut index = 0;
+            loop {
+                let mut buf = vec![0u8; CHUNK];
+                let mut filled = 0;
+                while filled < CHUNK {
+                    let n = file.read(&mut buf[filled..]).await.map_err(|e| Error::Io {
+                        op: "read",
+                        path: PathBuf::from(key.to_string()),
+                        source: e,
+                    })?;
+                    if n == 0 {
+                        break;
+                    }
+                    filled += n;
+                }
+                if filled == 0 {
+                    break;
+                }
+                buf.truncate(filled);
+                total += filled as u64;
+                let part = index;
+                index += 1;
+                in_flight.push_back(mp.put_part(key, &id, part, PutPayload::from(buf)));
+                if in_flight.len() >= IN_FLIGHT {
+                    use futures::StreamExt;
+                    let done = in_flight.next().await.expect("in flight");
+                    parts.push(done.map_err(self.err("upload part", key))?);
+                    crate::failpoint::hit("after_upload_part")?;
+                }
+            }
+            use futures::StreamExt;
+            while let Some(done) = in_flight.next().await {
+                parts.push(done.map_err(self.err("upload part", key))?);
+                crate::failpoint::hit("after_upload_part")?;
+            }
+            Ok((parts, total))
+        }
+        .await;
+        match result {
+            Ok((parts, total)) => {
+                mp.complete_multipart(key, &id, parts)
+                    .await
+                    .map_err(self.err("complete upload", key))?;
+                self.delete_quiet(&record).await?;
+                Ok(total)
+            }
+            Err(e) => {
+                let _ = mp.abort_multipart(key, &id).await;
+                let _ = self.delete_quiet(&record).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Aborts the multipart uploads a dead run recorded and never finished.
+    async fn abort_recorded_uploads(&self, run_id: &str) -> Result<()> {
+        let Some(mp) = &self.multipart else {
+            return Ok(());
+        };
+        let prefix = ObjectPath::from(format!("{}/uploads/{run_id}", self.meta));
+        for o in self.list_all(&prefix).await? {
+            let bytes = self
+                .store
+                .get(&o.location)
+                .await
+                .map_err(self.err("read", &o.location))?
+                .bytes()
+                .await
+                .map_err(self.err("read", &o.location))?;
+            if let Ok(r) = serde_json::from_slice::<UploadRecord>(&bytes) {
+                // An upload already completed or aborted is gone: nothing to do.
+                let _ = mp
+                    .abort_multipart(&ObjectPath::from(r.key.as_str()), &r.id)
+                    .await;
+            }
+            self.delete_quiet(&o.location).await?;
+        }
+        Ok(())
     }
 
     /// Makes the partition hold exactly what `marker` lists: copies what is missing
@@ -537,7 +673,9 @@ impl ObjectTable {
         let mut files = Vec::with_capacity(written.manifest.files.len());
         for f in &written.manifest.files {
             let key = ObjectPath::from(format!("{staging}/{}", f.name));
-            let size = self.upload(&written.dir.join(&f.name), &key).await?;
+            let size = self
+                .upload(&written.dir.join(&f.name), &key, run_id)
+                .await?;
             files.push((f.name.clone(), size));
         }
         crate::failpoint::hit("before_swap")?;
@@ -645,9 +783,31 @@ impl ObjectTable {
                 .or_insert(o.last_modified);
             *newest = (*newest).max(o.last_modified);
         }
+        // Runs that were uploading (their parts are not listed as objects) or that died
+        // before uploading anything: known by their upload records and leases.
+        for dir in ["uploads", "leases"] {
+            let prefix = ObjectPath::from(format!("{}/{dir}", self.meta));
+            for o in self.list_all(&prefix).await? {
+                let Some(rest) = o.location.as_ref().strip_prefix(prefix.as_ref()) else {
+                    continue;
+                };
+                let rest = rest.trim_start_matches('/');
+                let run = rest
+                    .split_once('/')
+                    .map(|(r, _)| r)
+                    .or_else(|| rest.strip_suffix(".json"))
+                    .unwrap_or(rest);
+                runs.entry(run.to_string()).or_default();
+            }
+        }
         let mut cleaned = Vec::new();
         for (run, partitions) in runs {
             let alive = self.run_alive(&run).await?;
+            if !alive {
+                self.abort_recorded_uploads(&run).await?;
+                // What it staged on this machine, if it ran here.
+                crate::durable::remove_dir_all(&self.local.join(&run))?;
+            }
             let mut removed_all = true;
             for (rel, _newest) in partitions {
                 let p = if rel == "_table" {
@@ -864,6 +1024,7 @@ impl CommitBackend for ObjectTable {
 
     fn cleanup_run(&self, run_id: &str) -> Result<()> {
         crate::durable::remove_dir_all(&self.local.join(run_id))?;
+        self.block(self.abort_recorded_uploads(run_id))?;
         // Staged uploads no marker names are removed; those a marker names stay for
         // the roll-forward (their apply did not finish), as does anything whose marker
         // cannot be read now.
