@@ -1,7 +1,10 @@
 //! Storage URLs: where a source or table lives, and the object store that reaches it.
 //!
 //! A plain path (or `file://`) is the local filesystem. `s3://bucket/prefix` is Amazon
-//! S3 or any S3-compatible server (built with the `s3` feature, on by default).
+//! S3 or any S3-compatible server (built with the `s3` feature, on by default);
+//! `gs://` (Google Cloud Storage, feature `gcs`) and `az://`/`abfss://` (Azure, feature
+//! `azure`) use object_store's backends of the same interface, configured from their
+//! usual environment variables.
 //! Credentials and defaults come from the usual AWS environment variables
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
 //! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`); a job's `[storage]` options override them,
@@ -79,14 +82,49 @@ pub fn stores(url: &str, opts: &StorageOptions) -> Result<Stores> {
             let store = Arc::new(b.build().map_err(|e| bad(e.to_string()))?);
             Ok((store.clone(), Some(store)))
         }
-        other => Err(bad(format!(
-            "`{other}://` is not supported by this build{}",
-            if cfg!(feature = "s3") {
-                " (supported: s3://)"
-            } else {
-                " (built without the `s3` feature)"
+        #[cfg(feature = "gcs")]
+        "gs" => {
+            use object_store::gcp::GoogleCloudStorageBuilder;
+            let b = GoogleCloudStorageBuilder::from_env().with_url(&base);
+            let store = Arc::new(b.build().map_err(|e| bad(e.to_string()))?);
+            Ok((store.clone(), Some(store)))
+        }
+        #[cfg(feature = "azure")]
+        "az" | "abfs" | "abfss" | "azure" => {
+            use object_store::azure::MicrosoftAzureBuilder;
+            let mut b = MicrosoftAzureBuilder::from_env().with_url(&base);
+            if let Some(e) = &opts.endpoint {
+                b = b.with_endpoint(e.clone());
             }
+            if let Some(h) = opts.allow_http {
+                b = b.with_allow_http(h);
+            }
+            let store = Arc::new(b.build().map_err(|e| bad(e.to_string()))?);
+            Ok((store.clone(), Some(store)))
+        }
+        other => Err(bad(format!(
+            "`{other}://` is not supported by this build (supported: {})",
+            supported_schemes()
         ))),
+    }
+}
+
+/// The URL schemes this build can reach, as its cargo features decide.
+fn supported_schemes() -> String {
+    let mut out = Vec::new();
+    if cfg!(feature = "s3") {
+        out.push("s3://");
+    }
+    if cfg!(feature = "gcs") {
+        out.push("gs://");
+    }
+    if cfg!(feature = "azure") {
+        out.push("az://, abfss://");
+    }
+    if out.is_empty() {
+        "local paths only".into()
+    } else {
+        out.join(", ")
     }
 }
 
