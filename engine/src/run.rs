@@ -430,14 +430,21 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
 /// How often a merge is computed again after losing a commit to another writer.
 const MERGE_ATTEMPTS: u32 = 8;
 
+/// The run's UTC start (so ids sort by time), its pid, and 48 random bits: unique even
+/// across machines writing one object-store table (where pids repeat, e.g. pid 1 in
+/// every container).
 fn new_run_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let now = chrono::Utc::now();
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(now.timestamp_subsec_nanos());
     format!(
-        "{}-{}-{:04x}",
+        "{}-{}-{:012x}",
         now.format("%Y%m%dT%H%M%S%.3fZ"),
         std::process::id(),
-        (now.timestamp_subsec_nanos() as u64 ^ COUNTER.fetch_add(1, Ordering::Relaxed)) & 0xffff
+        h.finish() & 0xffff_ffff_ffff
     )
 }
 

@@ -72,7 +72,7 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         // An idem table on an object store is read through its partitions' markers,
         // so a run never sees a partition mid-apply.
         if s.format == Format::Parquet && !is_glob {
-            let staging = std::env::temp_dir().join("idem-staging");
+            let staging = idem_io::store::local_staging_root();
             if let Ok(table) =
                 idem_io::commit::object::ObjectTable::new(&s.path, &job.storage, &staging)
                 && table.is_idem_table().map_err(|e| err(e.to_string()))?

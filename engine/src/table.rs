@@ -17,9 +17,7 @@ pub fn open(job: &Job) -> Result<Arc<dyn CommitBackend>> {
         return Ok(Arc::new(LocalTable::new(&job.target.path)));
     }
     let url = job.target.path.to_string_lossy();
-    let staging = std::env::var_os("IDEM_STAGING")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("idem-staging"));
+    let staging = idem_io::store::local_staging_root();
     let table =
         ObjectTable::new(&url, &job.storage, &staging).map_err(|source| Error::Storage {
             target: job.target.path.clone(),

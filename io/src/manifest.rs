@@ -137,7 +137,7 @@ pub fn remote_partition_digest(url: &str) -> Option<String> {
     let table = crate::commit::object::ObjectTable::new(
         root,
         &crate::store::StorageOptions::default(),
-        &std::env::temp_dir().join("idem-staging"),
+        &crate::store::local_staging_root(),
     )
     .ok()?;
     let p = if rel.is_empty() {

@@ -109,6 +109,14 @@ pub fn stores(url: &str, opts: &StorageOptions) -> Result<Stores> {
     }
 }
 
+/// Where runs writing to object stores stage their files locally: `$IDEM_STAGING`, else
+/// `idem-staging` in the system's temporary directory.
+pub fn local_staging_root() -> std::path::PathBuf {
+    std::env::var_os("IDEM_STAGING")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("idem-staging"))
+}
+
 /// The URL schemes this build can reach, as its cargo features decide.
 fn supported_schemes() -> String {
     let mut out = Vec::new();

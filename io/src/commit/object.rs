@@ -60,17 +60,28 @@ const COMMIT_ROUNDS: usize = 16;
 /// A live run refreshes its lease this often; a lease not refreshed for `DEAD_AFTER`
 /// belongs to a dead run (on another machine: on this one, a dead pid says so at once).
 const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
-const DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+/// Generous against clock skew: the lease's age is the store's clock against ours.
+const DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// A run's lease: `_idem/<table>/leases/<run id>.json`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Lease {
+    /// Hostname and boot id: a pid is only meaningful on the same boot of the same
+    /// machine (two containers may share a hostname, not a boot id and pid namespace).
     host: String,
+    #[serde(default)]
+    boot: String,
     pid: u32,
 }
 
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
 }
@@ -118,6 +129,8 @@ pub struct ObjectTable {
     url: String,
     store: Arc<dyn ObjectStore>,
     multipart: Option<Arc<dyn MultipartStore>>,
+    /// Staging prefixes whose commit had an unknown outcome: never deleted by this run.
+    ambiguous: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     root: ObjectPath,
     meta: ObjectPath,
     local: PathBuf,
@@ -171,6 +184,7 @@ impl ObjectTable {
             url,
             store,
             multipart,
+            ambiguous: Default::default(),
             local,
         })
     }
@@ -352,8 +366,15 @@ impl ObjectTable {
         let Ok(lease) = serde_json::from_slice::<Lease>(&bytes) else {
             return Ok(false);
         };
-        if lease.host == hostname() && !Path::new(&format!("/proc/{}", lease.pid)).exists() {
-            return Ok(false);
+        let here = hostname();
+        let boot = boot_id();
+        if !here.is_empty()
+            && !boot.is_empty()
+            && lease.host == here
+            && lease.boot == boot
+            && !Path::new(&format!("/proc/{}", lease.pid)).exists()
+        {
+            return Ok(false); // this machine, this boot, and the process is gone
         }
         Ok(age < chrono::Duration::from_std(DEAD_AFTER).expect("fits"))
     }
@@ -601,6 +622,15 @@ impl ObjectTable {
                 // Another process applied this marker and removed the staged copy.
                 Err(object_store::Error::NotFound { .. }) if self.store.head(&to).await.is_ok() => {
                 }
+                // A newer marker superseded this one (its apply removed these files).
+                Err(object_store::Error::NotFound { .. })
+                    if self
+                        .read_marker(p)
+                        .await?
+                        .is_some_and(|(now, _)| now.seq != marker.seq) =>
+                {
+                    return Ok(());
+                }
                 Err(e) => return Err(self.err("copy into the partition", &to)(e)),
             }
         }
@@ -680,6 +710,15 @@ impl ObjectTable {
         }
         crate::failpoint::hit("before_swap")?;
         for _ in 0..COMMIT_ROUNDS {
+            // The staged files must still be there (no one took this run for dead):
+            // a marker must never name files that exist nowhere.
+            for (name, _) in &files {
+                let key = ObjectPath::from(format!("{staging}/{name}"));
+                self.store
+                    .head(&key)
+                    .await
+                    .map_err(self.err("check staged file", &key))?;
+            }
             let current = self.read_marker(p).await?;
             if let Some(expected) = written.expected
                 && current.as_ref().map(|(m, _)| m.seq) != expected
@@ -723,6 +762,14 @@ impl ObjectTable {
                         object_store::Error::AlreadyExists { .. }
                             | object_store::Error::Precondition { .. }
                     );
+                    if !ours && !conflict {
+                        // The put may still land: keep this partition's staging for
+                        // the roll-forward (cleanup_run skips it).
+                        self.ambiguous
+                            .lock()
+                            .expect("not poisoned")
+                            .insert(staging.clone());
+                    }
                     if !ours {
                         if conflict && written.expected.is_some() {
                             return Err(Error::Conflict {
@@ -816,10 +863,18 @@ impl ObjectTable {
                     PartitionPath::parse(&rel)?
                 };
                 let prefix = ObjectPath::from(format!("{staging}/{run}/{rel}"));
+                if alive {
+                    removed_all = false; // a live run applies its own commit
+                    continue;
+                }
                 match self.read_marker(&p).await? {
                     Some((m, _)) if m.run_id == run => self.apply(&p, &m).await?,
-                    _ if !alive => self.delete_prefix(&prefix).await?,
-                    _ => removed_all = false,
+                    _ => {
+                        // Never committed, or superseded: a late copy of its files
+                        // into the partition goes too.
+                        self.remove_superseded(&p).await?;
+                        self.delete_prefix(&prefix).await?
+                    }
                 }
             }
             if removed_all && !alive {
@@ -885,6 +940,7 @@ impl CommitBackend for ObjectTable {
         let key = self.lease_key(run_id);
         let body = serde_json::to_vec(&Lease {
             host: hostname(),
+            boot: boot_id(),
             pid: std::process::id(),
         })
         .expect("lease serializes");
@@ -1046,7 +1102,14 @@ impl CommitBackend for ObjectTable {
                 } else {
                     PartitionPath::parse(&rel)?
                 };
-                if let Ok(m) = self.read_marker(&p).await
+                let prefix = format!("{staging}/{rel}");
+                let unknown = self
+                    .ambiguous
+                    .lock()
+                    .expect("not poisoned")
+                    .contains(&prefix);
+                if !unknown
+                    && let Ok(m) = self.read_marker(&p).await
                     && m.is_none_or(|(m, _)| m.run_id != run_id)
                 {
                     self.delete_prefix(&ObjectPath::from(format!("{staging}/{rel}")))
