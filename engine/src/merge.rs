@@ -55,10 +55,10 @@ pub struct MergePlan {
     /// generation of the new manifest.
     pub kept: BTreeMap<PartitionPath, (Vec<KeptFile>, u64)>,
     pub stats: MergeStats,
-    /// Held until the merge is published (backends that lock writers).
+    /// The table's write lock, held until the merge is published.
     pub lock: Option<Box<dyn std::any::Any + Send>>,
-    /// Per affected partition, the version it must still have at publish (backends
-    /// that publish read-modify-writes optimistically instead of locking).
+    /// Per affected partition, the version it must still have at publish (object
+    /// stores: a fence behind the lock, whose lease could expire).
     pub versions: BTreeMap<PartitionPath, Option<u64>>,
     /// The source files the changes were computed from.
     pub inputs: Vec<idem_io::manifest::InputFile>,

@@ -513,7 +513,8 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         merge_inputs = Some(m.inputs);
         merge_stats = Some(m.stats);
         kept = m.kept;
-        if m.lock.is_none() {
+        if table.as_local().is_none() {
+            // Object stores: the lock is a lease; the versions read fence the publish.
             versions = Some(m.versions);
         }
         (m.df, Some(m.affected), m.lock)

@@ -415,6 +415,40 @@ fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
         }
         assert_eq!(rows(), oracle(&base, &[&a, &b, &c]), "[{partition_by}]");
         assert!(t.keys("lake/_idem/dim_customers/staging/").is_empty());
+
+        // Two merges insert one new key into different partitions at once: the key
+        // ends in exactly one row (the lock serializes them; the second moves it).
+        let x = changes(&t.lake, "x", &[], &[5001], "NZ");
+        let y = changes(&t.lake, "y", &[], &[5001], "ZA");
+        let children: Vec<_> = [&x, &y]
+            .iter()
+            .map(|src| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+                    .args(["run", &dim, "--date", "2026-06-01"])
+                    .current_dir(t.lake.path())
+                    .envs(s3_env())
+                    .env("SRC", src)
+                    .env_remove("IDEM_FAILPOINTS")
+                    .output()
+                    .unwrap()
+            })
+            .collect();
+        for out in children {
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let all = rows();
+        let copies: Vec<_> = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["customer_id"] == "5001")
+            .collect();
+        assert_eq!(copies.len(), 1, "[{partition_by}] {copies:?}");
+        assert!(t.keys("lake/_idem/dim_customers/writes.lock").is_empty());
     }
 }
 

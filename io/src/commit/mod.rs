@@ -77,12 +77,11 @@ pub trait CommitBackend: Send + Sync {
     fn as_local(&self) -> Option<&local::LocalTable> {
         None
     }
-    /// Serializes read-modify-write writers (merges) of the table while held; `None`
-    /// where the backend instead publishes such writes only against the version they
-    /// read (see `WrittenPartition::expected`).
+    /// Serializes read-modify-write writers (merges) of the table while held.
     fn lock_writes(&self) -> Result<Option<Box<dyn std::any::Any + Send>>>;
-    /// The version of the live partition a read-modify-write must find at publish
-    /// (`None` for backends that lock instead, and for a partition with no marker).
+    /// The version of the live partition a read-modify-write must still find at
+    /// publish, as a fence behind the lock (`None` where the backend has no versions,
+    /// and for a partition with no marker).
     fn live_version(&self, _p: &PartitionPath) -> Result<Option<u64>> {
         Ok(None)
     }

@@ -80,6 +80,34 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
+/// This process's lease.
+fn lease_body() -> Vec<u8> {
+    serde_json::to_vec(&Lease {
+        host: hostname(),
+        boot: boot_id(),
+        pid: std::process::id(),
+    })
+    .expect("lease serializes")
+}
+
+/// Whether the lease `bytes`, last written at `modified`, belongs to a dead process:
+/// one on this host and boot whose pid is gone, or one not refreshed for `DEAD_AFTER`.
+fn lease_dead(bytes: &[u8], modified: chrono::DateTime<chrono::Utc>) -> bool {
+    let Ok(lease) = serde_json::from_slice::<Lease>(bytes) else {
+        return true;
+    };
+    let (here, boot) = (hostname(), boot_id());
+    if !here.is_empty()
+        && !boot.is_empty()
+        && lease.host == here
+        && lease.boot == boot
+        && !Path::new(&format!("/proc/{}", lease.pid)).exists()
+    {
+        return true;
+    }
+    chrono::Utc::now() - modified >= chrono::Duration::from_std(DEAD_AFTER).expect("fits")
+}
+
 fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|h| h.trim().to_string())
@@ -361,22 +389,91 @@ impl ObjectTable {
             Err(object_store::Error::NotFound { .. }) => return Ok(false),
             Err(e) => return Err(self.err("read lease", &key)(e)),
         };
-        let age = chrono::Utc::now() - got.meta.last_modified;
+        let modified = got.meta.last_modified;
         let bytes = got.bytes().await.map_err(self.err("read lease", &key))?;
-        let Ok(lease) = serde_json::from_slice::<Lease>(&bytes) else {
-            return Ok(false);
-        };
-        let here = hostname();
-        let boot = boot_id();
-        if !here.is_empty()
-            && !boot.is_empty()
-            && lease.host == here
-            && lease.boot == boot
-            && !Path::new(&format!("/proc/{}", lease.pid)).exists()
-        {
-            return Ok(false); // this machine, this boot, and the process is gone
+        Ok(!lease_dead(&bytes, modified))
+    }
+
+    /// Takes the table's write lock (`_idem/<table>/writes.lock`) for a
+    /// read-modify-write: created only if absent; a dead holder's lock is taken over
+    /// by a conditional overwrite of the version read, so two waiters cannot both win.
+    async fn acquire_writes(&self, body: &[u8]) -> Result<()> {
+        let key = ObjectPath::from(format!("{}/writes.lock", self.meta));
+        let started = std::time::Instant::now();
+        loop {
+            let create = PutOptions::from(PutMode::Create);
+            match self
+                .store
+                .put_opts(&key, PutPayload::from(body.to_vec()), create)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(object_store::Error::AlreadyExists { .. }) => {}
+                Err(e) => return Err(self.err("take the write lock", &key)(e)),
+            }
+            let got = match self.store.get(&key).await {
+                Ok(g) => g,
+                Err(object_store::Error::NotFound { .. }) => continue,
+                Err(e) => return Err(self.err("read the write lock", &key)(e)),
+            };
+            let version = UpdateVersion {
+                e_tag: got.meta.e_tag.clone(),
+                version: got.meta.version.clone(),
+            };
+            let modified = got.meta.last_modified;
+            let holder = got
+                .bytes()
+                .await
+                .map_err(self.err("read the write lock", &key))?;
+            if lease_dead(&holder, modified) {
+                let take = PutOptions::from(PutMode::Update(version));
+                match self
+                    .store
+                    .put_opts(&key, PutPayload::from(body.to_vec()), take)
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    Err(
+                        object_store::Error::Precondition { .. }
+                        | object_store::Error::AlreadyExists { .. },
+                    ) => continue,
+                    Err(e) => return Err(self.err("take over the write lock", &key)(e)),
+                }
+            }
+            if started.elapsed() > DEAD_AFTER {
+                return Err(Error::Io {
+                    op: "wait for the table's write lock (held by a live writer)",
+                    path: PathBuf::from(format!("{}/{key}", self.url)),
+                    source: std::io::Error::other(String::from_utf8_lossy(&holder).into_owned()),
+                });
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
-        Ok(age < chrono::Duration::from_std(DEAD_AFTER).expect("fits"))
+    }
+
+    /// Keeps `key` holding `body` (refreshed every `HEARTBEAT`) until the guard drops,
+    /// then deletes it.
+    fn hold(&self, key: ObjectPath, body: Vec<u8>) -> Result<Box<dyn std::any::Any + Send>> {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let table = self.clone();
+        let thread = std::thread::Builder::new()
+            .name("idem-lease".into())
+            .spawn(move || {
+                // Refresh until the guard is dropped (the sender closes), then remove.
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    rx.recv_timeout(HEARTBEAT)
+                {
+                    if let Err(e) = table.put_lease(&key, &body) {
+                        tracing::warn!(error = %e, "could not refresh a lease");
+                    }
+                }
+                let _ = table.block(async { table.store.delete(&key).await });
+            })
+            .map_err(Error::io("start the lease thread for", self.url.clone()))?;
+        Ok(Box::new(LeaseGuard {
+            stop: Some(tx),
+            thread: Some(thread),
+        }))
     }
 
     fn put_lease(&self, key: &ObjectPath, body: &[u8]) -> Result<()> {
@@ -938,33 +1035,9 @@ impl CommitBackend for ObjectTable {
 
     fn lock_run(&self, run_id: &str) -> Result<Box<dyn std::any::Any + Send>> {
         let key = self.lease_key(run_id);
-        let body = serde_json::to_vec(&Lease {
-            host: hostname(),
-            boot: boot_id(),
-            pid: std::process::id(),
-        })
-        .expect("lease serializes");
+        let body = lease_body();
         self.put_lease(&key, &body)?;
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let table = self.clone();
-        let thread = std::thread::Builder::new()
-            .name("idem-lease".into())
-            .spawn(move || {
-                // Refresh until the guard is dropped (the sender closes), then remove.
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    rx.recv_timeout(HEARTBEAT)
-                {
-                    if let Err(e) = table.put_lease(&key, &body) {
-                        tracing::warn!(error = %e, "could not refresh the run's lease");
-                    }
-                }
-                let _ = table.block(async { table.store.delete(&key).await });
-            })
-            .map_err(Error::io("start the lease thread for", self.url.clone()))?;
-        Ok(Box::new(LeaseGuard {
-            stop: Some(tx),
-            thread: Some(thread),
-        }))
+        self.hold(key, body)
     }
 
     fn clean_dead_runs(&self) -> Result<Vec<String>> {
@@ -972,7 +1045,10 @@ impl CommitBackend for ObjectTable {
     }
 
     fn lock_writes(&self) -> Result<Option<Box<dyn std::any::Any + Send>>> {
-        Ok(None)
+        let body = lease_body();
+        self.block(self.acquire_writes(&body))?;
+        let key = ObjectPath::from(format!("{}/writes.lock", self.meta));
+        Ok(Some(self.hold(key, body)?))
     }
 
     fn live_version(&self, p: &PartitionPath) -> Result<Option<u64>> {
