@@ -366,13 +366,12 @@ fn live_files(table: &dyn CommitBackend, depth: usize) -> idem_io::Result<Vec<Li
         let (manifest, names) = match table.live_state(&path)? {
             None => continue,
             Some(LiveState::Managed(m)) => {
-                let names = m
-                    .files
-                    .iter()
-                    .map(|f| {
-                        let at = PathBuf::from(table.file_location(&path, &f.name));
-                        (at, Some(f.clone()))
-                    })
+                let listed: Vec<String> = m.files.iter().map(|f| f.name.clone()).collect();
+                let names = table
+                    .read_locations(&path, &listed)?
+                    .into_iter()
+                    .zip(&m.files)
+                    .map(|(at, f)| (PathBuf::from(at), Some(f.clone())))
                     .collect();
                 (Some(*m), names)
             }

@@ -87,6 +87,11 @@ pub trait CommitBackend: Send + Sync {
     }
     /// Where data file `name` of partition `p` is read from: a path, or a URL.
     fn file_location(&self, p: &PartitionPath, name: &str) -> String;
+    /// Where the live files `names` of partition `p` can be read right now (an object
+    /// store's commit not yet applied still has them in staging).
+    fn read_locations(&self, p: &PartitionPath, names: &[String]) -> Result<Vec<String>> {
+        Ok(names.iter().map(|n| self.file_location(p, n)).collect())
+    }
     /// Where a run stages partition `p` (outside the table root).
     fn staging_dir(&self, run_id: &str, p: &PartitionPath) -> PathBuf;
     /// Live partitions, found by listing `depth` levels of `col=value` directories.

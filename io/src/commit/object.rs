@@ -1055,6 +1055,32 @@ impl CommitBackend for ObjectTable {
         Ok(self.block(self.read_marker(p))?.map(|(m, _)| m.seq))
     }
 
+    fn read_locations(&self, p: &PartitionPath, names: &[String]) -> Result<Vec<String>> {
+        let base = crate::store::store_base(&self.url).unwrap_or_default();
+        self.block(async {
+            let marker = self.read_marker(p).await?.map(|(m, _)| m);
+            let mut out = Vec::with_capacity(names.len());
+            for name in names {
+                let live = ObjectPath::from(
+                    self.file_location(p, name)
+                        .trim_start_matches(&format!("{base}/")),
+                );
+                let staged = marker.as_ref().and_then(|m| {
+                    m.files
+                        .iter()
+                        .find(|f| &f.name == name)
+                        .map(|f| ObjectPath::from(format!("{}/{}", m.staging, f.staged)))
+                });
+                let key = match staged {
+                    Some(s) if self.store.head(&live).await.is_err() => s,
+                    _ => live,
+                };
+                out.push(format!("{base}/{key}"));
+            }
+            Ok(out)
+        })
+    }
+
     fn file_location(&self, p: &PartitionPath, name: &str) -> String {
         let rel = p.rel_path().to_string_lossy().into_owned();
         if rel.is_empty() {
