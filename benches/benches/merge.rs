@@ -51,7 +51,7 @@ fn merge(c: &mut Criterion) {
         "changes",
         "mode = \"merge\"\nkey = [\"order_id\"]",
         "select order_id + case when order_id % 100 = 0 then 100000000 else 0 end as order_id, \
-         customer_id, amount_usd * 2 as amount_usd, status from orders where order_id % 10 = 0",
+         customer_id, cast(amount_usd * 2 as decimal(12, 2)) as amount_usd, status from orders where order_id % 10 = 0",
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let opts = RunOptions {
