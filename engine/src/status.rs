@@ -38,8 +38,7 @@ pub struct PartitionStatus {
 /// (storage options from the AWS_* environment).
 fn remote_status(url: &str) -> idem_io::Result<TableStatus> {
     use idem_io::commit::CommitBackend;
-    let staging = idem_io::store::local_staging_root();
-    let table = idem_io::commit::object::ObjectTable::new(url, &Default::default(), &staging)?;
+    let table = idem_io::commit::object::ObjectTable::from_env(url)?;
     let mut partitions = Vec::new();
     for p in table.partitions()? {
         let s = match table.live_state(&p)? {
@@ -213,9 +212,7 @@ pub fn gc(root: &Path) -> Result<Vec<String>> {
     let url = root.to_string_lossy();
     if idem_io::store::is_url(&url) {
         // Rolls forward what dead runs committed, removes what they only staged.
-        let staging = idem_io::store::local_staging_root();
-        let table = idem_io::commit::object::ObjectTable::new(&url, &Default::default(), &staging)
-            .map_err(storage)?;
+        let table = idem_io::commit::object::ObjectTable::from_env(&url).map_err(storage)?;
         return table.clean_dead_runs().map_err(storage);
     }
     let table = idem_io::commit::local::LocalTable::new(root);
@@ -226,8 +223,7 @@ pub fn gc(root: &Path) -> Result<Vec<String>> {
 pub fn log(root: &Path) -> Result<Vec<idem_io::log::Restatement>> {
     let url = root.to_string_lossy();
     if idem_io::store::is_url(&url) {
-        let staging = idem_io::store::local_staging_root();
-        return idem_io::commit::object::ObjectTable::new(&url, &Default::default(), &staging)
+        return idem_io::commit::object::ObjectTable::from_env(&url)
             .and_then(|t| t.log())
             .map_err(|source| Error::Storage {
                 target: root.to_path_buf(),

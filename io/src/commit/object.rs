@@ -217,42 +217,60 @@ impl ObjectTable {
         })
     }
 
-    pub fn url(&self) -> &str {
-        &self.url
+    /// The table at `url`, configured from the environment alone (for commands that
+    /// have no job file: `idem status`, `gc`, `log`, and reading inputs' digests).
+    pub fn from_env(url: &str) -> Result<Self> {
+        Self::new(
+            url,
+            &crate::store::StorageOptions::default(),
+            &crate::store::local_staging_root(),
+        )
     }
 
     /// Every partition of the table, at any depth: those with a marker, and the
     /// directories holding data files another tool wrote.
     pub fn partitions(&self) -> Result<Vec<PartitionPath>> {
-        let mut out = std::collections::BTreeSet::new();
-        for depth in self.block(self.depths())? {
-            out.extend(self.live_partitions(depth)?);
-        }
-        Ok(out.into_iter().collect())
+        Ok(self.block(self.scan())?.into_iter().collect())
     }
 
-    async fn depths(&self) -> Result<std::collections::BTreeSet<usize>> {
-        let mut depths = std::collections::BTreeSet::new();
-        for prefix in [
-            ObjectPath::from(format!("{}/markers", self.meta)),
-            self.root.clone(),
-        ] {
-            let listed = self.list_all(&prefix).await?;
-            for o in listed {
-                let Some(rel) = o.location.as_ref().strip_prefix(prefix.as_ref()) else {
-                    continue;
-                };
-                let levels = rel.trim_start_matches('/').split('/').count();
-                if rel.ends_with(".json") && rel.trim_start_matches('/') == "_table.json" {
-                    depths.insert(0);
-                } else if rel.ends_with(".json") {
-                    depths.insert(levels); // markers/dt=X.json: one level
-                } else if rel.ends_with(".parquet") {
-                    depths.insert(levels - 1);
-                }
+    /// The partitions at every depth, from one listing of the markers and one of the
+    /// table's objects.
+    async fn scan(&self) -> Result<std::collections::BTreeSet<PartitionPath>> {
+        let mut out = std::collections::BTreeSet::new();
+        let markers = ObjectPath::from(format!("{}/markers", self.meta));
+        for o in self.list_all(&markers).await? {
+            let Some(rel) = o
+                .location
+                .as_ref()
+                .strip_prefix(markers.as_ref())
+                .and_then(|r| r.trim_start_matches('/').strip_suffix(".json"))
+            else {
+                continue;
+            };
+            out.insert(if rel == "_table" {
+                PartitionPath::root()
+            } else {
+                PartitionPath::parse(rel)?
+            });
+        }
+        // Partitions another tool wrote (no marker): directories of `col=value` names.
+        for o in self.list_all(&self.root).await? {
+            let Some(rel) = o
+                .location
+                .as_ref()
+                .strip_prefix(self.root.as_ref())
+                .map(|r| r.trim_start_matches('/'))
+            else {
+                continue;
+            };
+            let dirs = rel.rsplit_once('/').map_or("", |(d, _)| d);
+            if dirs.is_empty() {
+                out.insert(PartitionPath::root());
+            } else if dirs.split('/').all(|d| d.contains('=')) {
+                out.insert(PartitionPath::parse(dirs)?);
             }
         }
-        Ok(depths)
+        Ok(out)
     }
 
     /// Whether the prefix holds an idem table (it has partition markers).
@@ -308,14 +326,9 @@ impl ObjectTable {
             objects.sort_by(|a, b| a.location.cmp(&b.location));
             let mut out = Vec::with_capacity(objects.len());
             for o in objects {
-                let bytes = self
-                    .store
-                    .get(&o.location)
-                    .await
-                    .map_err(self.err("read", &o.location))?
-                    .bytes()
-                    .await
-                    .map_err(self.err("read", &o.location))?;
+                let Some((_, bytes)) = self.read("read", &o.location).await? else {
+                    continue; // removed since the listing
+                };
                 out.push(
                     serde_json::from_slice(&bytes).map_err(|e| Error::BadManifest {
                         path: PathBuf::from(o.location.to_string()),
@@ -384,14 +397,10 @@ impl ObjectTable {
     /// ran on this host, its process still exists.
     async fn run_alive(&self, run_id: &str) -> Result<bool> {
         let key = self.lease_key(run_id);
-        let got = match self.store.get(&key).await {
-            Ok(g) => g,
-            Err(object_store::Error::NotFound { .. }) => return Ok(false),
-            Err(e) => return Err(self.err("read lease", &key)(e)),
-        };
-        let modified = got.meta.last_modified;
-        let bytes = got.bytes().await.map_err(self.err("read lease", &key))?;
-        Ok(!lease_dead(&bytes, modified))
+        Ok(match self.read("read lease", &key).await? {
+            None => false,
+            Some((meta, bytes)) => !lease_dead(&bytes, meta.last_modified),
+        })
     }
 
     /// Takes the table's write lock (`_idem/<table>/writes.lock`) for a
@@ -411,21 +420,14 @@ impl ObjectTable {
                 Err(object_store::Error::AlreadyExists { .. }) => {}
                 Err(e) => return Err(self.err("take the write lock", &key)(e)),
             }
-            let got = match self.store.get(&key).await {
-                Ok(g) => g,
-                Err(object_store::Error::NotFound { .. }) => continue,
-                Err(e) => return Err(self.err("read the write lock", &key)(e)),
+            let Some((meta, holder)) = self.read("read the write lock", &key).await? else {
+                continue;
             };
             let version = UpdateVersion {
-                e_tag: got.meta.e_tag.clone(),
-                version: got.meta.version.clone(),
+                e_tag: meta.e_tag.clone(),
+                version: meta.version.clone(),
             };
-            let modified = got.meta.last_modified;
-            let holder = got
-                .bytes()
-                .await
-                .map_err(self.err("read the write lock", &key))?;
-            if lease_dead(&holder, modified) {
+            if lease_dead(&holder, meta.last_modified) {
                 let take = PutOptions::from(PutMode::Update(version));
                 match self
                     .store
@@ -494,16 +496,13 @@ impl ObjectTable {
     /// The partition's marker and the version to update it against.
     async fn read_marker(&self, p: &PartitionPath) -> Result<Option<(Marker, UpdateVersion)>> {
         let key = self.marker_key(p);
-        let got = match self.store.get(&key).await {
-            Ok(g) => g,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(self.err("read marker", &key)(e)),
+        let Some((meta, bytes)) = self.read("read marker", &key).await? else {
+            return Ok(None);
         };
         let version = UpdateVersion {
-            e_tag: got.meta.e_tag.clone(),
-            version: got.meta.version.clone(),
+            e_tag: meta.e_tag,
+            version: meta.version,
         };
-        let bytes = got.bytes().await.map_err(self.err("read marker", &key))?;
         let marker: Marker = serde_json::from_slice(&bytes).map_err(|e| Error::BadManifest {
             path: PathBuf::from(format!("{}/{key}", self.url)),
             reason: e.to_string(),
@@ -679,14 +678,9 @@ impl ObjectTable {
         };
         let prefix = ObjectPath::from(format!("{}/uploads/{run_id}", self.meta));
         for o in self.list_all(&prefix).await? {
-            let bytes = self
-                .store
-                .get(&o.location)
-                .await
-                .map_err(self.err("read", &o.location))?
-                .bytes()
-                .await
-                .map_err(self.err("read", &o.location))?;
+            let Some((_, bytes)) = self.read("read", &o.location).await? else {
+                continue; // removed since the listing
+            };
             if let Ok(r) = serde_json::from_slice::<UploadRecord>(&bytes) {
                 // An upload already completed or aborted is gone: nothing to do.
                 let _ = mp
@@ -761,6 +755,22 @@ impl ObjectTable {
             self.delete_quiet(&o.location).await?;
         }
         Ok(())
+    }
+
+    /// The (small) object at `key` with its metadata; `None` when there is none.
+    async fn read(
+        &self,
+        op: &'static str,
+        key: &ObjectPath,
+    ) -> Result<Option<(object_store::ObjectMeta, Vec<u8>)>> {
+        let got = match self.store.get(key).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.err(op, key)(e)),
+        };
+        let meta = got.meta.clone();
+        let bytes = got.bytes().await.map_err(self.err(op, key))?;
+        Ok(Some((meta, bytes.to_vec())))
     }
 
     /// Every object under `prefix`.
@@ -1095,51 +1105,11 @@ impl CommitBackend for ObjectTable {
     }
 
     fn live_partitions(&self, depth: usize) -> Result<Vec<PartitionPath>> {
-        self.block(async {
-            let mut out = std::collections::BTreeSet::new();
-            let markers = ObjectPath::from(format!("{}/markers", self.meta));
-            let listed = self.list_all(&markers).await?;
-            for o in listed {
-                let Some(rel) = o
-                    .location
-                    .as_ref()
-                    .strip_prefix(markers.as_ref())
-                    .and_then(|r| r.trim_start_matches('/').strip_suffix(".json"))
-                else {
-                    continue;
-                };
-                let p = if rel == "_table" {
-                    PartitionPath::root()
-                } else {
-                    PartitionPath::parse(rel)?
-                };
-                if p.parts().len() == depth {
-                    out.insert(p);
-                }
-            }
-            // Partitions another tool wrote (no marker).
-            let data = self.list_all(&self.root).await?;
-            for o in data {
-                let Some(rel) = o
-                    .location
-                    .as_ref()
-                    .strip_prefix(self.root.as_ref())
-                    .map(|r| r.trim_start_matches('/'))
-                else {
-                    continue;
-                };
-                let dirs: Vec<&str> = rel.split('/').collect();
-                if dirs.len() != depth + 1 || !dirs[..depth].iter().all(|d| d.contains('=')) {
-                    continue;
-                }
-                out.insert(if depth == 0 {
-                    PartitionPath::root()
-                } else {
-                    PartitionPath::parse(&dirs[..depth].join("/"))?
-                });
-            }
-            Ok(out.into_iter().collect())
-        })
+        Ok(self
+            .block(self.scan())?
+            .into_iter()
+            .filter(|p| p.parts().len() == depth)
+            .collect())
     }
 
     fn live_state(&self, p: &PartitionPath) -> Result<Option<LiveState>> {
