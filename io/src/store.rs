@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// Options for object stores, from a job's `[storage]` table (or the CLI).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageOptions {
     /// The S3 endpoint, e.g. `http://127.0.0.1:9000` for a local server.
@@ -55,7 +55,27 @@ pub fn object_store(url: &str, opts: &StorageOptions) -> Result<Arc<dyn ObjectSt
 
 /// The object store for `url`'s bucket, and its multipart interface where it has one
 /// (used to record each upload's id, so a killed run's parts can be aborted later).
+///
+/// Built once per bucket and options in a process and shared, so every table, source,
+/// status read and freshness check reuses one client and its connection pool.
 pub fn stores(url: &str, opts: &StorageOptions) -> Result<Stores> {
+    type Cache = std::collections::HashMap<(String, StorageOptions), Stores>;
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<Cache>> = std::sync::OnceLock::new();
+    let base = store_base(url).unwrap_or_default();
+    let cache = CACHE.get_or_init(Default::default);
+    let cache_key = (base, opts.clone());
+    if let Some(hit) = cache.lock().expect("not poisoned").get(&cache_key) {
+        return Ok(hit.clone());
+    }
+    let built = build_stores(url, opts)?;
+    cache
+        .lock()
+        .expect("not poisoned")
+        .insert(cache_key, built.clone());
+    Ok(built)
+}
+
+fn build_stores(url: &str, opts: &StorageOptions) -> Result<Stores> {
     let bad = |reason: String| Error::Url {
         url: url.to_string(),
         reason,
