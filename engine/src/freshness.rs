@@ -73,18 +73,17 @@ pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<Parti
 /// file beside them; `None` when everything is as recorded.
 pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
     let mut by_dir: BTreeMap<&Path, BTreeSet<&str>> = BTreeMap::new();
-    let mut idem_dirs: BTreeMap<&Path, &str> = BTreeMap::new();
+    let mut idem_dirs: BTreeMap<&str, &str> = BTreeMap::new();
     let mut remote_dirs: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for f in inputs {
+        // A file of an idem partition (on disk or an object store): compare the
+        // partition's live digest, once per partition.
+        if let (Some(digest), Some((dir, _))) = (&f.idem_digest, f.path.rsplit_once('/')) {
+            idem_dirs.insert(dir, digest);
+            continue;
+        }
         if idem_io::store::is_url(&f.path) {
-            // An object: its partition's digest through the marker, else its size
-            // and ETag, and no new object beside it.
-            if let Some(digest) = &f.idem_digest {
-                if idem_io::manifest::remote_partition_digest(&f.path).as_ref() != Some(digest) {
-                    return Some(f.path.clone());
-                }
-                continue;
-            }
+            // An object: its size and ETag, and no new object beside it.
             match idem_io::store::head(&f.path) {
                 Some((size, etag)) if size == f.size && (f.etag.is_none() || etag == f.etag) => {}
                 _ => return Some(f.path.clone()),
@@ -95,11 +94,6 @@ pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
             continue;
         }
         let path = Path::new(&f.path);
-        // A file of an idem partition: compare the partition's live digest.
-        if let (Some(digest), Some(dir)) = (&f.idem_digest, path.parent()) {
-            idem_dirs.insert(dir, digest);
-            continue;
-        }
         let Ok(meta) = std::fs::metadata(path) else {
             return Some(f.path.clone());
         };
@@ -116,9 +110,8 @@ pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
         }
     }
     for (dir, digest) in idem_dirs {
-        match idem_io::manifest::read_partition(dir) {
-            Ok(LiveState::Managed(m)) if m.digest == digest => {}
-            _ => return Some(dir.display().to_string()),
+        if idem_io::manifest::partition_digest(dir).as_deref() != Some(digest) {
+            return Some(dir.to_string());
         }
     }
     for (dir, urls) in remote_dirs {

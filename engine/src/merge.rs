@@ -28,12 +28,11 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use arrow::row::{Row, RowConverter, Rows, SortField};
-use datafusion::common::{Column, ScalarValue};
+use datafusion::common::Column;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
 use datafusion::execution::context::SessionContext;
-use datafusion::execution::options::ParquetReadOptions;
-use datafusion::logical_expr::{Expr, lit};
+use datafusion::logical_expr::Expr;
 use idem_io::commit::CommitBackend;
 use idem_io::hive::PartitionPath;
 use idem_io::manifest::{LiveState, Manifest};
@@ -234,7 +233,7 @@ pub async fn prepare(
             .filter(|(_, may)| !may.is_empty())
             .collect();
         if !candidates.is_empty() {
-            let probe = files_frame(ctx, &candidates, output, router.data_schema(), partition_by)
+            let probe = files_frame(ctx, &candidates, output, router.data_schema())
                 .await
                 .map_err(exec)?;
             ctx.register_table("__idem_probe", probe.into_view())
@@ -299,7 +298,7 @@ pub async fn prepare(
         .chain(read.iter().flat_map(|(_, r)| r.iter()))
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    let target = files_frame(ctx, &read, output, router.data_schema(), partition_by)
+    let target = files_frame(ctx, &read, output, router.data_schema())
         .await
         .map_err(exec)?;
     ctx.register_table("__idem_target", target.into_view())
@@ -553,38 +552,28 @@ async fn files_frame(
     groups: &[(PartitionPath, Vec<PathBuf>)],
     output: &SchemaRef,
     data_schema: &SchemaRef,
-    partition_by: &[String],
 ) -> datafusion::error::Result<DataFrame> {
-    let mut frame: Option<DataFrame> = None;
-    for (partition, paths) in groups {
-        let paths: Vec<String> = paths
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect();
-        let df = ctx
-            .read_parquet(paths, ParquetReadOptions::default().schema(data_schema))
-            .await?;
-        let mut exprs = Vec::with_capacity(output.fields().len());
-        for f in output.fields() {
-            let name = f.name();
-            if partition_by.contains(name) {
-                let value = match partition.value(name).flatten() {
-                    Some(v) => ScalarValue::try_from_string(v.to_string(), f.data_type())?,
-                    None => ScalarValue::try_from(f.data_type())?,
-                };
-                exprs.push(lit(value).alias(name));
-            } else {
-                exprs.push(Expr::Column(Column::new_unqualified(name)));
-            }
-        }
-        let df = df.select(exprs)?;
-        frame = Some(match frame {
-            None => df,
-            Some(f) => f.union(df)?,
-        });
-    }
-    match frame {
-        Some(f) => Ok(f),
+    let groups: Vec<(&PartitionPath, Vec<String>)> = groups
+        .iter()
+        .map(|(p, files)| {
+            let files = files.iter().map(|f| f.to_string_lossy().into_owned());
+            (p, files.collect())
+        })
+        .collect();
+    let typed = |col: &str| {
+        output
+            .field_with_name(col)
+            .map(|f| f.data_type().clone())
+            .unwrap_or(DataType::Utf8)
+    };
+    match crate::session::partition_files_frame(ctx, groups, Some(data_schema), typed).await? {
+        Some(frame) => frame.select(
+            output
+                .fields()
+                .iter()
+                .map(|f| Expr::Column(Column::new_unqualified(f.name())))
+                .collect::<Vec<_>>(),
+        ),
         None => ctx.read_batch(RecordBatch::new_empty(Arc::clone(output))),
     }
 }

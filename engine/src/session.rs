@@ -18,6 +18,7 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::context::{SessionConfig, SessionContext};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::TryStreamExt;
+use idem_io::hive::PartitionPath;
 use idem_io::manifest::InputFile;
 use object_store::ObjectMeta;
 
@@ -210,19 +211,47 @@ async fn committed_frame(
     table: &idem_io::commit::object::ObjectTable,
     s: &Source,
 ) -> std::result::Result<datafusion::dataframe::DataFrame, String> {
+    let committed = table.committed().map_err(|e| e.to_string())?;
+    let groups = committed
+        .iter()
+        .rev()
+        .map(|(p, _, urls)| (p, urls.clone()))
+        .collect();
+    let declared = |col: &str| {
+        s.partition_columns
+            .as_ref()
+            .and_then(|cols| cols.iter().find(|(c, _)| c == col))
+            .map(|(_, dt)| dt.clone())
+            .unwrap_or(DataType::Utf8)
+    };
+    partition_files_frame(ctx, groups, None, declared)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "it has no committed partition with files".to_string())
+}
+
+/// The rows of explicit files, partition by partition: the data columns (as `schema`
+/// says, else as the files do), then the partition's columns with the values in its
+/// path, typed by `partition_type`. `None` when there is no file.
+pub(crate) async fn partition_files_frame(
+    ctx: &SessionContext,
+    groups: Vec<(&PartitionPath, Vec<String>)>,
+    schema: Option<&arrow::datatypes::Schema>,
+    partition_type: impl Fn(&str) -> DataType,
+) -> datafusion::error::Result<Option<datafusion::dataframe::DataFrame>> {
     use datafusion::common::{Column, ScalarValue};
     use datafusion::execution::options::ParquetReadOptions;
     use datafusion::logical_expr::{Expr, lit};
-    let committed = table.committed().map_err(|e| e.to_string())?;
     let mut frame: Option<datafusion::dataframe::DataFrame> = None;
-    for (p, _manifest, urls) in committed.iter().rev() {
-        if urls.is_empty() {
+    for (p, files) in groups {
+        if files.is_empty() {
             continue;
         }
-        let df = ctx
-            .read_parquet(urls.clone(), ParquetReadOptions::default())
-            .await
-            .map_err(|e| e.to_string())?;
+        let options = match schema {
+            Some(schema) => ParquetReadOptions::default().schema(schema),
+            None => ParquetReadOptions::default(),
+        };
+        let df = ctx.read_parquet(files, options).await?;
         let mut exprs: Vec<Expr> = df
             .schema()
             .fields()
@@ -230,27 +259,20 @@ async fn committed_frame(
             .map(|f| Expr::Column(Column::new_unqualified(f.name())))
             .collect();
         for (col, value) in p.parts() {
-            let dt = s
-                .partition_columns
-                .as_ref()
-                .and_then(|cols| cols.iter().find(|(c, _)| c == col))
-                .map(|(_, dt)| dt.clone())
-                .unwrap_or(DataType::Utf8);
+            let dt = partition_type(col);
             let v = match value {
-                Some(v) => {
-                    ScalarValue::try_from_string(v.clone(), &dt).map_err(|e| e.to_string())?
-                }
-                None => ScalarValue::try_from(&dt).map_err(|e| e.to_string())?,
+                Some(v) => ScalarValue::try_from_string(v.clone(), &dt)?,
+                None => ScalarValue::try_from(&dt)?,
             };
             exprs.push(lit(v).alias(col));
         }
-        let df = df.select(exprs).map_err(|e| e.to_string())?;
+        let df = df.select(exprs)?;
         frame = Some(match frame {
             None => df,
-            Some(f) => f.union(df).map_err(|e| e.to_string())?,
+            Some(f) => f.union(df)?,
         });
     }
-    frame.ok_or_else(|| "it has no committed partition with files".to_string())
+    Ok(frame)
 }
 
 enum Inference {
@@ -344,6 +366,7 @@ pub fn inputs_of(plan: &Arc<dyn ExecutionPlan>, job: &Job) -> Vec<InputFile> {
     collect_inputs(plan, job, &mut out);
     out.sort();
     out.dedup();
+    idem_io::manifest::record_idem_digests(&mut out);
     out
 }
 
@@ -361,17 +384,14 @@ fn collect_inputs(plan: &Arc<dyn ExecutionPlan>, job: &Job, out: &mut Vec<InputF
                     .map(|s| s.name.clone())
                     .next()
                     .unwrap_or_default();
-                out.push(
-                    InputFile {
-                        source,
-                        path,
-                        size: f.object_meta.size,
-                        mtime: Some(f.object_meta.last_modified.to_rfc3339()),
-                        etag: f.object_meta.e_tag.clone(),
-                        idem_digest: None,
-                    }
-                    .with_idem_digest(),
-                );
+                out.push(InputFile {
+                    source,
+                    path,
+                    size: f.object_meta.size,
+                    mtime: Some(f.object_meta.last_modified.to_rfc3339()),
+                    etag: f.object_meta.e_tag.clone(),
+                    idem_digest: None,
+                });
             }
         }
     }

@@ -100,30 +100,35 @@ pub struct InputFile {
     pub idem_digest: Option<String>,
 }
 
-impl InputFile {
-    /// Records the digest of the idem partition the file belongs to, if it does (its
-    /// directory is a partition whose footers carry a manifest listing the file).
-    pub fn with_idem_digest(mut self) -> Self {
-        if crate::store::is_url(&self.path) {
-            self.idem_digest = remote_partition_digest(&self.path);
-            return self;
+/// Records, on each input that is a file of an idem partition, that partition's digest
+/// (see [`partition_digest`]); each partition is read once however many of its files
+/// were read.
+pub fn record_idem_digests(inputs: &mut [InputFile]) {
+    let mut digests: std::collections::HashMap<String, Option<String>> = Default::default();
+    for f in inputs.iter_mut() {
+        if !f.path.ends_with(".parquet") {
+            continue;
         }
-        let path = Path::new(&self.path);
-        if self.path.ends_with(".parquet")
-            && let Some(dir) = path.parent()
-            && let Ok(LiveState::Managed(m)) = read_partition(dir)
-        {
-            self.idem_digest = Some(m.digest);
-        }
-        self
+        let Some((dir, _)) = f.path.rsplit_once('/') else {
+            continue;
+        };
+        f.idem_digest = digests
+            .entry(dir.to_string())
+            .or_insert_with(|| partition_digest(dir))
+            .clone();
     }
 }
 
-/// For a file of an idem table on an object store
-/// (`s3://b/lake/t/dt=2026-06-01/part-000001-00000.parquet`): the digest its partition's
-/// marker records, when the marker lists the file.
-pub fn remote_partition_digest(url: &str) -> Option<String> {
-    let (dir, name) = url.rsplit_once('/')?;
+/// The digest of the idem partition at `dir` — a local directory whose footers carry
+/// its manifest, or a partition URL on an object store, read through its marker —
+/// or `None` when `dir` is not (wholly) an idem partition.
+pub fn partition_digest(dir: &str) -> Option<String> {
+    if !crate::store::is_url(dir) {
+        return match read_partition(Path::new(dir)) {
+            Ok(LiveState::Managed(m)) => Some(m.digest),
+            _ => None,
+        };
+    }
     // The partition directories are the trailing `col=value` components.
     let mut root = dir;
     let mut rel: Vec<&str> = Vec::new();
@@ -134,12 +139,7 @@ pub fn remote_partition_digest(url: &str) -> Option<String> {
         rel.insert(0, last);
         root = parent;
     }
-    let table = crate::commit::object::ObjectTable::new(
-        root,
-        &crate::store::StorageOptions::default(),
-        &crate::store::local_staging_root(),
-    )
-    .ok()?;
+    let table = crate::commit::object::ObjectTable::from_env(root).ok()?;
     let p = if rel.is_empty() {
         crate::hive::PartitionPath::root()
     } else {
@@ -147,8 +147,8 @@ pub fn remote_partition_digest(url: &str) -> Option<String> {
     };
     use crate::commit::CommitBackend;
     match table.live_state(&p).ok()?? {
-        LiveState::Managed(m) if m.files.iter().any(|f| f.name == name) => Some(m.digest),
-        _ => None,
+        LiveState::Managed(m) => Some(m.digest),
+        LiveState::Foreign { .. } => None,
     }
 }
 
