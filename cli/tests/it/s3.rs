@@ -377,6 +377,32 @@ fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
             ]);
             readers(&["table", dir.path().to_str().unwrap()])
         };
+        // Merges of the given changes files, all started at once; each must succeed.
+        let race = |sources: &[&String]| {
+            let children: Vec<_> = sources
+                .iter()
+                .map(|src| {
+                    std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+                        .args(["run", &dim, "--date", "2026-06-01"])
+                        .current_dir(t.lake.path())
+                        .envs(s3_env())
+                        .env("SRC", src)
+                        .env_remove("IDEM_FAILPOINTS")
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::piped())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            for child in children {
+                let out = child.wait_with_output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        };
         merge(&base);
         // Updates (even ids move to NZ) and new keys.
         let a = changes(&t.lake, "a", &[10, 11, 12, 13, 14], &[2001, 2002], "NZ");
@@ -393,26 +419,7 @@ fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
         // Two merges at once: both land (the loser merges again on top of the winner).
         let b = changes(&t.lake, "b", &[20, 21, 22], &[3001], "ZA");
         let c = changes(&t.lake, "c", &[30, 31, 32], &[3002], "ZA");
-        let children: Vec<_> = [&b, &c]
-            .iter()
-            .map(|src| {
-                std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
-                    .args(["run", &dim, "--date", "2026-06-01"])
-                    .current_dir(t.lake.path())
-                    .envs(s3_env())
-                    .env("SRC", src)
-                    .env_remove("IDEM_FAILPOINTS")
-                    .output()
-                    .unwrap()
-            })
-            .collect();
-        for out in children {
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        race(&[&b, &c]);
         assert_eq!(rows(), oracle(&base, &[&a, &b, &c]), "[{partition_by}]");
         assert!(t.keys("lake/_idem/dim_customers/staging/").is_empty());
 
@@ -420,26 +427,7 @@ fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
         // ends in exactly one row (the lock serializes them; the second moves it).
         let x = changes(&t.lake, "x", &[], &[5001], "NZ");
         let y = changes(&t.lake, "y", &[], &[5001], "ZA");
-        let children: Vec<_> = [&x, &y]
-            .iter()
-            .map(|src| {
-                std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
-                    .args(["run", &dim, "--date", "2026-06-01"])
-                    .current_dir(t.lake.path())
-                    .envs(s3_env())
-                    .env("SRC", src)
-                    .env_remove("IDEM_FAILPOINTS")
-                    .output()
-                    .unwrap()
-            })
-            .collect();
-        for out in children {
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        race(&[&x, &y]);
         let all = rows();
         let copies: Vec<_> = all
             .as_array()
