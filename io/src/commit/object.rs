@@ -172,6 +172,47 @@ impl std::fmt::Debug for ObjectTable {
     }
 }
 
+/// Whether `store` enforces the conditional writes the commit protocol stands on:
+/// a second create-if-absent of one key must fail with `AlreadyExists`, and an update
+/// against a version that is not the object's must fail with `Precondition`. Some
+/// S3-compatible servers accept the headers and ignore them; on such a store two
+/// writers could both "win" a partition, so idem refuses to write there. Leaves
+/// nothing behind at `key`.
+pub async fn probe_conditional_writes(
+    store: &dyn ObjectStore,
+    key: &ObjectPath,
+) -> std::result::Result<(), String> {
+    let put = |mode: PutMode| {
+        store.put_opts(
+            key,
+            PutPayload::from_static(b"idem probe"),
+            PutOptions::from(mode),
+        )
+    };
+    let verdict = async {
+        put(PutMode::Create)
+            .await
+            .map_err(|e| format!("a create-if-absent failed: {e}"))?;
+        match put(PutMode::Create).await {
+            Err(object_store::Error::AlreadyExists { .. }) => {}
+            Ok(_) => return Err("a second create-if-absent of one key succeeded".into()),
+            Err(e) => return Err(format!("a second create-if-absent failed with {e}")),
+        }
+        let stale = UpdateVersion {
+            e_tag: Some("\"00000000000000000000000000000000\"".into()),
+            version: Some("1".into()),
+        };
+        match put(PutMode::Update(stale)).await {
+            Err(object_store::Error::Precondition { .. }) => Ok(()),
+            Ok(_) => Err("an update against a stale version succeeded".into()),
+            Err(e) => Err(format!("an update against a stale version failed with {e}")),
+        }
+    }
+    .await;
+    store.delete(key).await.ok();
+    verdict
+}
+
 /// A multipart upload in progress, recorded under `_idem/<table>/uploads/<run id>/` so
 /// that the parts of a run killed mid-upload can be aborted by the next run or `gc`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -354,6 +395,41 @@ impl ObjectTable {
                 .iter()
                 .filter_map(|p| p.filename().map(str::to_string))
                 .collect())
+        })
+    }
+
+    /// Probes the store once per process and bucket (see [`probe_conditional_writes`]);
+    /// a store that fails is refused with the reason.
+    async fn check_conditional_writes(&self) -> Result<()> {
+        type Verdicts = std::collections::HashMap<String, std::result::Result<(), String>>;
+        static VERDICTS: std::sync::OnceLock<std::sync::Mutex<Verdicts>> =
+            std::sync::OnceLock::new();
+        let base = crate::store::store_base(&self.url).unwrap_or_default();
+        let verdicts = VERDICTS.get_or_init(Default::default);
+        let known = verdicts.lock().expect("not poisoned").get(&base).cloned();
+        let verdict = match known {
+            Some(v) => v,
+            None => {
+                let key = ObjectPath::from(format!("{}/probe/{:016x}", self.meta, {
+                    use std::hash::{BuildHasher, Hasher};
+                    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                    h.write_u32(std::process::id());
+                    h.finish()
+                }));
+                let v = probe_conditional_writes(self.store.as_ref(), &key).await;
+                verdicts
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(base.clone(), v.clone());
+                v
+            }
+        };
+        verdict.map_err(|reason| Error::Url {
+            url: self.url.clone(),
+            reason: format!(
+                "this store does not enforce conditional writes ({reason}), which idem's \
+                 commit needs to be safe against concurrent writers; refusing to write"
+            ),
         })
     }
 
@@ -1040,6 +1116,7 @@ impl CommitBackend for ObjectTable {
     }
 
     fn prepare(&self) -> Result<()> {
+        self.block(self.check_conditional_writes())?;
         crate::durable::create_dir_all(&self.local)
     }
 
@@ -1223,5 +1300,100 @@ mod tests {
         assert_eq!(seq_of("part-00000.parquet"), None);
         assert_eq!(seq_of("part-3-00000.parquet"), None);
         assert_eq!(seq_of("x.parquet"), None);
+    }
+
+    /// A store that takes the conditional-write headers and ignores them, as some
+    /// S3-compatible servers do: every put overwrites.
+    #[derive(Debug)]
+    struct Unconditional(object_store::memory::InMemory);
+
+    impl std::fmt::Display for Unconditional {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Unconditional")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Unconditional {
+        async fn put_opts(
+            &self,
+            location: &ObjectPath,
+            payload: PutPayload,
+            _: PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.0
+                .put_opts(location, payload, PutOptions::default())
+                .await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &ObjectPath,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &ObjectPath,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.0.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<ObjectPath>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<ObjectPath>> {
+            self.0.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&ObjectPath>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.0.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&ObjectPath>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &ObjectPath,
+            to: &ObjectPath,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.0.copy_opts(from, to, options).await
+        }
+    }
+
+    fn on_runtime<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn a_store_that_enforces_conditional_writes_passes_the_probe_and_keeps_nothing() {
+        let store = object_store::memory::InMemory::new();
+        let key = ObjectPath::from("t/_idem/probe/1");
+        on_runtime(async {
+            assert_eq!(probe_conditional_writes(&store, &key).await, Ok(()));
+            let left: Vec<_> = store.list(None).try_collect().await.unwrap();
+            assert!(left.is_empty(), "{left:?}");
+        });
+    }
+
+    #[test]
+    fn a_store_that_ignores_conditional_writes_is_refused() {
+        let store = Unconditional(object_store::memory::InMemory::new());
+        let key = ObjectPath::from("t/_idem/probe/1");
+        let verdict = on_runtime(probe_conditional_writes(&store, &key));
+        assert_eq!(
+            verdict,
+            Err("a second create-if-absent of one key succeeded".to_string())
+        );
     }
 }
