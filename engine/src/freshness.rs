@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use idem_io::manifest::{InputFile, LiveState};
+use idem_io::store::StorageOptions;
 
 use crate::error::{Error, Result};
 use crate::job::Job;
@@ -52,7 +53,10 @@ pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<Parti
         let same_run = m.run.job_fingerprint == job.fingerprint
             && m.run.idem_version == env!("CARGO_PKG_VERSION")
             && m.run.vars == vars;
-        if !same_run || m.run.inputs.is_empty() || first_changed(&m.run.inputs).is_some() {
+        if !same_run
+            || m.run.inputs.is_empty()
+            || first_changed(&m.run.inputs, &|url| job.storage_for(url).clone()).is_some()
+        {
             return Ok(None);
         }
         out.push(PartitionReport {
@@ -70,8 +74,12 @@ pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<Parti
 }
 
 /// The first recorded input that is gone or changed (size, mtime), or the first new
-/// file beside them; `None` when everything is as recorded.
-pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
+/// file beside them; `None` when everything is as recorded. `opts_for` gives the
+/// storage options reaching an object-store URL.
+pub fn first_changed(
+    inputs: &[InputFile],
+    opts_for: &dyn Fn(&str) -> StorageOptions,
+) -> Option<String> {
     let mut by_dir: BTreeMap<&Path, BTreeSet<&str>> = BTreeMap::new();
     let mut idem_dirs: BTreeMap<&str, &str> = BTreeMap::new();
     let mut remote_dirs: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
@@ -84,7 +92,7 @@ pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
         }
         if idem_io::store::is_url(&f.path) {
             // An object: its size and ETag, and no new object beside it.
-            match idem_io::store::head(&f.path) {
+            match idem_io::store::head(&f.path, &opts_for(&f.path)) {
                 Some((size, etag)) if size == f.size && (f.etag.is_none() || etag == f.etag) => {}
                 _ => return Some(f.path.clone()),
             }
@@ -110,12 +118,12 @@ pub fn first_changed(inputs: &[InputFile]) -> Option<String> {
         }
     }
     for (dir, digest) in idem_dirs {
-        if idem_io::manifest::partition_digest(dir).as_deref() != Some(digest) {
+        if idem_io::manifest::partition_digest(dir, &opts_for(dir)).as_deref() != Some(digest) {
             return Some(dir.to_string());
         }
     }
     for (dir, urls) in remote_dirs {
-        let Some(listed) = idem_io::store::list_dir(dir) else {
+        let Some(listed) = idem_io::store::list_dir(dir, &opts_for(dir)) else {
             return Some(dir.to_string());
         };
         for u in listed {

@@ -53,6 +53,10 @@ struct SourceFile {
     delimiter: Option<String>,
     /// Keep only the newest row per key (a tie on `latest_by` is an error).
     dedupe: Option<Dedupe>,
+    /// This source's object-store options, over the job's `[storage]` (where the data
+    /// is, not what it is: not part of the fingerprint).
+    #[serde(default, skip_serializing)]
+    storage: Option<idem_io::store::StorageOptions>,
 }
 
 /// `dedupe = { key = [...], latest_by = "..." }` on a source.
@@ -179,6 +183,8 @@ pub struct Source {
     pub csv_header: bool,
     pub csv_delimiter: u8,
     pub dedupe: Option<Dedupe>,
+    /// The options reaching an object-store path: the source's own over the job's.
+    pub storage: idem_io::store::StorageOptions,
 }
 
 #[derive(Clone, Debug)]
@@ -197,6 +203,17 @@ pub struct Target {
 }
 
 impl Job {
+    /// The storage options reaching `url`: those of the source it belongs to (the
+    /// longest matching path), else the job's `[storage]`.
+    pub fn storage_for(&self, url: &str) -> &idem_io::store::StorageOptions {
+        self.sources
+            .iter()
+            .filter(|s| url.starts_with(s.path.trim_end_matches('/')))
+            .max_by_key(|s| s.path.len())
+            .map(|s| &s.storage)
+            .unwrap_or(&self.storage)
+    }
+
     /// Reads and validates a job file.
     pub fn load(path: &Path) -> Result<Job> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::JobUnreadable {
@@ -246,7 +263,26 @@ impl Job {
 
         let mut sources = Vec::new();
         for (name, s) in &file.sources {
-            sources.push(source(path, name, s)?);
+            sources.push(source(path, name, s, &file.storage)?);
+        }
+        // A query reaches each bucket through one client: sources in one bucket must
+        // agree on its options.
+        for (i, a) in sources.iter().enumerate() {
+            for b in &sources[i + 1..] {
+                let base = idem_io::store::store_base(&a.path);
+                if base.is_some()
+                    && base == idem_io::store::store_base(&b.path)
+                    && a.storage != b.storage
+                {
+                    return Err(invalid(format!(
+                        "sources `{}` and `{}` are both in {} but with different storage \
+                         options; give them the same",
+                        a.name,
+                        b.name,
+                        base.unwrap_or_default()
+                    )));
+                }
+            }
         }
 
         let t = &file.target;
@@ -352,7 +388,12 @@ impl Job {
     }
 }
 
-fn source(job: &Path, name: &str, s: &SourceFile) -> Result<Source> {
+fn source(
+    job: &Path,
+    name: &str,
+    s: &SourceFile,
+    job_storage: &idem_io::store::StorageOptions,
+) -> Result<Source> {
     let err = |message: String| Error::Source {
         path: job.to_path_buf(),
         source_name: name.to_string(),
@@ -411,10 +452,17 @@ fn source(job: &Path, name: &str, s: &SourceFile) -> Result<Source> {
             "`header` and `delimiter` apply only to format = \"csv\"".into(),
         ));
     }
+    if s.storage.is_some() && !idem_io::store::is_url(&path) {
+        return Err(err(
+            "`storage` applies only to object-store paths (s3://, az://, gs://)".into(),
+        ));
+    }
+    let storage = job_storage.overlay(&s.storage.clone().unwrap_or_default());
     Ok(Source {
         name: name.to_string(),
         path,
         format: s.format,
+        storage,
         partition_columns,
         extension: s.extension.clone(),
         csv_header: s.header.unwrap_or(true),

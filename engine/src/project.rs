@@ -179,7 +179,9 @@ impl Project {
                         .filter(|f| inside(&f.path, &u.target.path))
                         .cloned()
                         .collect();
-                    if let Some(changed) = crate::freshness::first_changed(&recorded) {
+                    if let Some(changed) = crate::freshness::first_changed(&recorded, &|url| {
+                        j.storage_for(url).clone()
+                    }) {
                         out.push(StalePartition {
                             job: j.name.clone(),
                             partition: p.to_string(),

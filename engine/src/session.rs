@@ -65,7 +65,7 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
     let remote = idem_io::store::is_url(&s.path);
     if remote {
         let store =
-            idem_io::store::object_store(&s.path, &job.storage).map_err(|e| err(e.to_string()))?;
+            idem_io::store::object_store(&s.path, &s.storage).map_err(|e| err(e.to_string()))?;
         let url = ListingTableUrl::parse(&s.path)
             .map_err(|e| err(format!("path {}: {e}", s.path)))?
             .object_store();
@@ -75,7 +75,7 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         if s.format == Format::Parquet && !is_glob {
             let staging = idem_io::store::local_staging_root();
             if let Ok(table) =
-                idem_io::commit::object::ObjectTable::new(&s.path, &job.storage, &staging)
+                idem_io::commit::object::ObjectTable::new(&s.path, &s.storage, &staging)
                 && table.is_idem_table().map_err(|e| err(e.to_string()))?
             {
                 let frame = committed_frame(ctx, &table, s)
@@ -366,7 +366,7 @@ pub fn inputs_of(plan: &Arc<dyn ExecutionPlan>, job: &Job) -> Vec<InputFile> {
     collect_inputs(plan, job, &mut out);
     out.sort();
     out.dedup();
-    idem_io::manifest::record_idem_digests(&mut out);
+    idem_io::manifest::record_idem_digests(&mut out, &|url| job.storage_for(url).clone());
     out
 }
 

@@ -62,7 +62,8 @@ fn managed_status(
     m: idem_io::manifest::Manifest,
     bytes: Option<u64>,
 ) -> PartitionStatus {
-    let changed = crate::freshness::first_changed(&m.run.inputs);
+    // No job here: object-store inputs are reached with the environment's options.
+    let changed = crate::freshness::first_changed(&m.run.inputs, &|_| Default::default());
     let input_state = if m.run.inputs.is_empty() {
         "none"
     } else if changed.is_some() {

@@ -103,7 +103,10 @@ pub struct InputFile {
 /// Records, on each input that is a file of an idem partition, that partition's digest
 /// (see [`partition_digest`]); each partition is read once however many of its files
 /// were read.
-pub fn record_idem_digests(inputs: &mut [InputFile]) {
+pub fn record_idem_digests(
+    inputs: &mut [InputFile],
+    opts_for: &dyn Fn(&str) -> crate::store::StorageOptions,
+) {
     let mut digests: std::collections::HashMap<String, Option<String>> = Default::default();
     for f in inputs.iter_mut() {
         if !f.path.ends_with(".parquet") {
@@ -114,7 +117,7 @@ pub fn record_idem_digests(inputs: &mut [InputFile]) {
         };
         f.idem_digest = digests
             .entry(dir.to_string())
-            .or_insert_with(|| partition_digest(dir))
+            .or_insert_with(|| partition_digest(dir, &opts_for(dir)))
             .clone();
     }
 }
@@ -122,7 +125,7 @@ pub fn record_idem_digests(inputs: &mut [InputFile]) {
 /// The digest of the idem partition at `dir` — a local directory whose footers carry
 /// its manifest, or a partition URL on an object store, read through its marker —
 /// or `None` when `dir` is not (wholly) an idem partition.
-pub fn partition_digest(dir: &str) -> Option<String> {
+pub fn partition_digest(dir: &str, opts: &crate::store::StorageOptions) -> Option<String> {
     if !crate::store::is_url(dir) {
         return match read_partition(Path::new(dir)) {
             Ok(LiveState::Managed(m)) => Some(m.digest),
@@ -139,7 +142,9 @@ pub fn partition_digest(dir: &str) -> Option<String> {
         rel.insert(0, last);
         root = parent;
     }
-    let table = crate::commit::object::ObjectTable::from_env(root).ok()?;
+    let table =
+        crate::commit::object::ObjectTable::new(root, opts, &crate::store::local_staging_root())
+            .ok()?;
     let p = if rel.is_empty() {
         crate::hive::PartitionPath::root()
     } else {

@@ -33,6 +33,19 @@ pub struct StorageOptions {
     pub path_style: Option<bool>,
 }
 
+impl StorageOptions {
+    /// These options with `over`'s set fields in their place (a source's own options
+    /// over the job's).
+    pub fn overlay(&self, over: &StorageOptions) -> StorageOptions {
+        StorageOptions {
+            endpoint: over.endpoint.clone().or_else(|| self.endpoint.clone()),
+            region: over.region.clone().or_else(|| self.region.clone()),
+            allow_http: over.allow_http.or(self.allow_http),
+            path_style: over.path_style.or(self.path_style),
+        }
+    }
+}
+
 /// Whether `path` names an object store rather than the local filesystem.
 pub fn is_url(path: &str) -> bool {
     path.contains("://") && !path.starts_with("file://")
@@ -181,9 +194,9 @@ pub(crate) fn block<T: Send>(f: impl std::future::Future<Output = T> + Send) -> 
 }
 
 /// Size and ETag of the object at `url`; `None` when it does not exist or cannot be
-/// reached (options from the AWS_* environment).
-pub fn head(url: &str) -> Option<(u64, Option<String>)> {
-    let store = object_store(url, &StorageOptions::default()).ok()?;
+/// reached.
+pub fn head(url: &str, opts: &StorageOptions) -> Option<(u64, Option<String>)> {
+    let store = object_store(url, opts).ok()?;
     let key = object_store::path::Path::from(key_of(url));
     block(async {
         use object_store::ObjectStoreExt;
@@ -192,8 +205,8 @@ pub fn head(url: &str) -> Option<(u64, Option<String>)> {
 }
 
 /// The URLs of the objects directly under the "directory" `url`.
-pub fn list_dir(url: &str) -> Option<Vec<String>> {
-    let store = object_store(url, &StorageOptions::default()).ok()?;
+pub fn list_dir(url: &str, opts: &StorageOptions) -> Option<Vec<String>> {
+    let store = object_store(url, opts).ok()?;
     let base = store_base(url)?;
     let prefix = object_store::path::Path::from(key_of(url));
     block(async {
