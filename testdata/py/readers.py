@@ -4,15 +4,15 @@
                                     three engines; fails unless they agree
     readers.py duckdb SQL           rows of a DuckDB query (the oracle)
     readers.py files DIR            the data files each engine reads from DIR
-    readers.py s3-put ENDPOINT DIR s3://BUCKET/PREFIX
-                                    uploads DIR's files (creating the bucket)
-    readers.py s3-get ENDPOINT s3://BUCKET/PREFIX DIR
-                                    downloads what a plain lister sees under PREFIX
-    readers.py s3-list ENDPOINT s3://BUCKET/PREFIX
-                                    the keys under PREFIX
+    readers.py put ENDPOINT DIR URL uploads DIR's files under URL (creating the bucket)
+    readers.py get ENDPOINT URL DIR downloads what a plain lister sees under URL
+    readers.py list ENDPOINT URL    the keys under URL
+                                    (URL is s3://BUCKET/PREFIX on an S3 server at
+                                    ENDPOINT, or az://CONTAINER/PREFIX on Azurite's blob
+                                    service at ENDPOINT)
     readers.py s3-uploads ENDPOINT s3://BUCKET/PREFIX
                                     keys of multipart uploads in progress under PREFIX
-    readers.py s3-watch ENDPOINT s3://BUCKET/META/markers/P.json s3://BUCKET/TABLE/P STOPFILE
+    readers.py watch ENDPOINT URL/META/markers/P.json URL/TABLE/P STOPFILE
                                     reads the partition through its marker until STOPFILE
                                     exists: every file the marker lists must exist
 
@@ -112,73 +112,141 @@ def s3_client(endpoint):
     )
 
 
-def s3_put(endpoint, local, url):
+# Azurite's well-known development account.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+def split(url):
+    """(scheme, bucket, prefix) of s3://bucket/prefix or az://container/prefix."""
+    scheme, _, rest = url.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    return scheme, bucket, prefix
+
+
+class Bucket:
+    """The few operations the tests need, on an S3 bucket or an Azure container."""
+
+    def __init__(self, endpoint, url):
+        self.scheme, self.name, self.prefix = split(url)
+        if self.scheme == "s3":
+            self.s3 = s3_client(endpoint)
+        elif self.scheme == "az":
+            from azure.storage.blob import BlobServiceClient
+
+            svc = BlobServiceClient(
+                account_url=f"{endpoint.rstrip('/')}/{AZURITE_ACCOUNT}",
+                credential={"account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY},
+            )
+            self.az = svc.get_container_client(self.name)
+        else:
+            sys.exit(f"unsupported URL {url}")
+
+    def create(self):
+        if self.scheme == "s3":
+            try:
+                self.s3.create_bucket(Bucket=self.name)
+            except self.s3.exceptions.BucketAlreadyOwnedByYou:
+                pass
+        else:
+            from azure.core.exceptions import ResourceExistsError
+
+            try:
+                self.az.create_container()
+            except ResourceExistsError:
+                pass
+
+    def upload(self, path, key):
+        if self.scheme == "s3":
+            self.s3.upload_file(path, self.name, key)
+        else:
+            with open(path, "rb") as f:
+                self.az.upload_blob(key, f, overwrite=True)
+
+    def keys(self):
+        if self.scheme == "s3":
+            out = []
+            pages = self.s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self.name, Prefix=self.prefix
+            )
+            for page in pages:
+                out.extend(o["Key"] for o in page.get("Contents", []))
+            return sorted(out)
+        return sorted(b.name for b in self.az.list_blobs(name_starts_with=self.prefix))
+
+    def read(self, key):
+        """(etag, bytes) of the object at key, or None when there is none."""
+        if self.scheme == "s3":
+            try:
+                o = self.s3.get_object(Bucket=self.name, Key=key)
+            except self.s3.exceptions.NoSuchKey:
+                return None
+            return o["ETag"], o["Body"].read()
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            d = self.az.download_blob(key)
+        except ResourceNotFoundError:
+            return None
+        return d.properties.etag, d.readall()
+
+    def exists(self, key):
+        if self.scheme == "s3":
+            try:
+                self.s3.head_object(Bucket=self.name, Key=key)
+                return True
+            except Exception:
+                return False
+        return self.az.get_blob_client(key).exists()
+
+    def download(self, key, path):
+        if self.scheme == "s3":
+            self.s3.download_file(self.name, key, path)
+        else:
+            with open(path, "wb") as f:
+                f.write(self.az.download_blob(key).readall())
+
+
+def put_files(endpoint, local, url):
     import os
 
-    bucket, _, prefix = url.removeprefix("s3://").partition("/")
-    s3 = s3_client(endpoint)
-    try:
-        s3.create_bucket(Bucket=bucket)
-    except s3.exceptions.BucketAlreadyOwnedByYou:
-        pass
+    b = Bucket(endpoint, url)
+    b.create()
     keys = []
     for root, _, names in os.walk(local):
         for n in sorted(names):
             path = os.path.join(root, n)
-            key = prefix.rstrip("/") + "/" + os.path.relpath(path, local)
-            s3.upload_file(path, bucket, key.lstrip("/"))
+            key = b.prefix.rstrip("/") + "/" + os.path.relpath(path, local)
+            b.upload(path, key.lstrip("/"))
             keys.append(key)
     return sorted(keys)
 
 
-def split(url):
-    bucket, _, prefix = url.removeprefix("s3://").partition("/")
-    return bucket, prefix
-
-
-def s3_list(endpoint, url):
-    bucket, prefix = split(url)
-    s3 = s3_client(endpoint)
-    keys = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys.extend(o["Key"] for o in page.get("Contents", []))
-    return sorted(keys)
-
-
-def s3_get(endpoint, url, local):
+def get_files(endpoint, url, local):
     import os
 
-    bucket, prefix = split(url)
-    s3 = s3_client(endpoint)
-    keys = s3_list(endpoint, url)
+    b = Bucket(endpoint, url)
+    keys = b.keys()
     for k in keys:
-        path = os.path.join(local, os.path.relpath(k, prefix))
+        path = os.path.join(local, os.path.relpath(k, b.prefix))
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        s3.download_file(bucket, k, path)
+        b.download(k, path)
     return keys
 
 
-def s3_watch(endpoint, marker_url, part_url, stop):
+def watch(endpoint, marker_url, part_url, stop):
     """Reads a partition through its marker, as idem does, until `stop` exists."""
     import os
 
-    bucket, marker_key = split(marker_url)
-    _, part = split(part_url)
-    s3 = s3_client(endpoint)
+    b = Bucket(endpoint, marker_url)
+    marker_key = b.prefix
+    _, _, part = split(part_url)
 
     def marker():
-        try:
-            o = s3.get_object(Bucket=bucket, Key=marker_key)
-            return o["ETag"], json.loads(o["Body"].read())
-        except s3.exceptions.NoSuchKey:
-            return None, None
-
-    def exists(key):
-        try:
-            s3.head_object(Bucket=bucket, Key=key)
-            return True
-        except Exception:
-            return False
+        got = b.read(marker_key)
+        return (None, None) if got is None else (got[0], json.loads(got[1]))
 
     reads, violations, versions = 0, [], set()
     while not os.path.exists(stop):
@@ -188,7 +256,8 @@ def s3_watch(endpoint, marker_url, part_url, stop):
         missing = [
             f["name"]
             for f in m["files"]
-            if not exists(f"{part}/{f['name']}") and not exists(f"{m['staging']}/{f['staged']}")
+            if not b.exists(f"{part}/{f['name']}")
+            and not b.exists(f"{m['staging']}/{f['staged']}")
         ]
         again, _ = marker()
         if again != etag:
@@ -222,20 +291,20 @@ def main():
         print(json.dumps(rows_out([dict(zip(cols, r)) for r in rel.fetchall()])))
     elif cmd == "files":
         print(json.dumps(files(arg.rstrip("/"))))
-    elif cmd == "s3-get":
-        print(json.dumps(s3_get(arg, sys.argv[3], sys.argv[4])))
+    elif cmd == "get":
+        print(json.dumps(get_files(arg, sys.argv[3], sys.argv[4])))
     elif cmd == "s3-uploads":
-        bucket, prefix = split(sys.argv[3])
+        _, bucket, prefix = split(sys.argv[3])
         ups = s3_client(arg).list_multipart_uploads(Bucket=bucket, Prefix=prefix)
         print(json.dumps(sorted(u["Key"] for u in ups.get("Uploads", []))))
-    elif cmd == "s3-list":
-        print(json.dumps(s3_list(arg, sys.argv[3])))
-    elif cmd == "s3-watch":
-        print(json.dumps(s3_watch(arg, sys.argv[3], sys.argv[4], sys.argv[5])))
-    elif cmd == "s3-put":
-        # s3-put ENDPOINT LOCAL_DIR s3://bucket/prefix: create the bucket if needed and
-        # upload every file under LOCAL_DIR, keeping relative paths.
-        print(json.dumps(s3_put(arg, sys.argv[3], sys.argv[4])))
+    elif cmd == "list":
+        print(json.dumps(Bucket(arg, sys.argv[3]).keys()))
+    elif cmd == "watch":
+        print(json.dumps(watch(arg, sys.argv[3], sys.argv[4], sys.argv[5])))
+    elif cmd == "put":
+        # put ENDPOINT LOCAL_DIR URL: create the bucket if needed and upload every file
+        # under LOCAL_DIR, keeping relative paths.
+        print(json.dumps(put_files(arg, sys.argv[3], sys.argv[4])))
     else:
         sys.exit(f"unknown command {cmd}")
 

@@ -243,33 +243,9 @@ pub fn s3_endpoint() -> &'static str {
         if let Ok(e) = std::env::var("IDEM_S3_ENDPOINT") {
             return e;
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let server = python().parent().unwrap().join("moto_server");
-        // A watchdog shell stops the server once this process is gone.
-        let mut watchdog = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "'{}' -H 127.0.0.1 -p {port} >/dev/null 2>&1 & s=$!; \
-                 while kill -0 {me} 2>/dev/null; do sleep 1; done; kill $s",
-                server.display(),
-                me = std::process::id()
-            ))
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::spawn(move || watchdog.wait());
-        let endpoint = format!("http://127.0.0.1:{port}");
-        for _ in 0..300 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return endpoint;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        panic!("moto_server did not start on port {port}");
+        let port = serve(&server, "-H 127.0.0.1 -p {port}", "moto_server");
+        format!("http://127.0.0.1:{port}")
     })
 }
 
@@ -281,6 +257,94 @@ pub fn s3_env() -> Vec<(&'static str, String)> {
         ("AWS_ACCESS_KEY_ID", "test".into()),
         ("AWS_SECRET_ACCESS_KEY", "test".into()),
         ("AWS_REGION", "us-east-1".into()),
+    ]
+}
+
+/// Starts `program args` on a free 127.0.0.1 port (`{port}` in `args`), under a watchdog
+/// shell that stops it once this test process is gone, and waits until it listens.
+fn serve(program: &Path, args: &str, name: &str) -> u16 {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut watchdog = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{}' {} >/dev/null 2>&1 & s=$!; \
+             while kill -0 {me} 2>/dev/null; do sleep 1; done; kill $s",
+            program.display(),
+            args.replace("{port}", &port.to_string()),
+            me = std::process::id()
+        ))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::spawn(move || watchdog.wait());
+    for _ in 0..300 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("{name} did not start on port {port}");
+}
+
+/// The blob endpoint of Azurite, the Azure Storage emulator: `IDEM_AZURITE_ENDPOINT` if
+/// set (CI starts one), else an Azurite started on a free port from `target/azurite`
+/// (installed there from `testdata/azurite` with npm on first use), which stops when
+/// this test process ends.
+pub fn azurite_endpoint() -> &'static str {
+    static EP: OnceLock<String> = OnceLock::new();
+    EP.get_or_init(|| {
+        if let Ok(e) = std::env::var("IDEM_AZURITE_ENDPOINT") {
+            return e;
+        }
+        let dir = repo_root().join("target/azurite");
+        let bin = dir.join("node_modules/.bin/azurite-blob");
+        let lock_file = repo_root().join("testdata/azurite/package-lock.json");
+        let wanted = std::fs::read_to_string(&lock_file).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let lock = std::fs::File::create(repo_root().join("target/azurite.lock")).unwrap();
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        let ready = dir.join(".ready");
+        if std::fs::read_to_string(&ready).ok().as_deref() != Some(wanted.as_str()) {
+            for f in ["package.json", "package-lock.json"] {
+                std::fs::copy(repo_root().join("testdata/azurite").join(f), dir.join(f)).unwrap();
+            }
+            let ok = Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--silent"])
+                .current_dir(&dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(
+                ok,
+                "could not install Azurite with npm into {}; install it there with \
+                 `npm ci` (testdata/azurite) or start one and set IDEM_AZURITE_ENDPOINT",
+                dir.display()
+            );
+            std::fs::write(&ready, &wanted).unwrap();
+        }
+        drop(lock);
+        let data = tempfile::tempdir().unwrap().keep();
+        let port = serve(
+            &bin,
+            &format!(
+                "--blobHost 127.0.0.1 --blobPort {{port}} --location '{}' --silent --skipApiVersionCheck",
+                data.display()
+            ),
+            "azurite-blob",
+        );
+        format!("http://127.0.0.1:{port}")
+    })
+}
+
+/// The environment a run needs to reach the test Azurite (object_store's emulator
+/// settings: the well-known development account, at `AZURITE_BLOB_STORAGE_URL`).
+pub fn az_env() -> Vec<(&'static str, String)> {
+    vec![
+        ("AZURE_STORAGE_USE_EMULATOR", "true".into()),
+        ("AZURITE_BLOB_STORAGE_URL", azurite_endpoint().to_string()),
     ]
 }
 

@@ -1,6 +1,7 @@
 //! The commit-protocol conformance suite: the same scenarios against every backend —
-//! a local directory (renameat2 swap) and an S3-compatible server (moto on 127.0.0.1,
-//! conditional-put markers). Each test runs its scenario on both.
+//! a local directory (renameat2 swap), an S3-compatible server (moto on 127.0.0.1) and
+//! Azure Blob Storage (Azurite on 127.0.0.1), both with conditional-put markers. Each
+//! test runs its scenario on all three.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::*;
-use crate::s3::{bucket, idem_s3};
+use crate::s3::bucket;
 
 /// A month job over the sample lake: seven daily partitions per run.
 pub const MONTH_JOB: &str = r#"
@@ -46,9 +47,39 @@ partition_by = ["dt"]
 pub enum Backend {
     Local,
     S3,
+    Azure,
 }
 
-const BOTH: [Backend; 2] = [Backend::Local, Backend::S3];
+const ALL: [Backend; 3] = [Backend::Local, Backend::S3, Backend::Azure];
+
+impl Backend {
+    /// The URL scheme of an object-store backend.
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Backend::Local => "file",
+            Backend::S3 => "s3",
+            Backend::Azure => "az",
+        }
+    }
+
+    /// The test server's endpoint, for the readers.
+    pub fn endpoint(self) -> &'static str {
+        match self {
+            Backend::Local => "",
+            Backend::S3 => s3_endpoint(),
+            Backend::Azure => azurite_endpoint(),
+        }
+    }
+
+    /// The environment a run needs to reach the backend's server.
+    pub fn env(self) -> Vec<(&'static str, String)> {
+        match self {
+            Backend::Local => Vec::new(),
+            Backend::S3 => s3_env(),
+            Backend::Azure => az_env(),
+        }
+    }
+}
 
 /// A lake whose jobs write to one backend; `out/ref` is a local reference table of
 /// the same month job. The second source state (B) is the same days regenerated with
@@ -69,18 +100,18 @@ impl Table {
     pub fn new(backend: Backend, tag: &str) -> Table {
         let lake = Lake::new();
         let bucket = bucket(tag);
-        if backend == Backend::S3 {
+        if backend != Backend::Local {
             let empty = tempfile::tempdir().unwrap();
             readers(&[
-                "s3-put",
-                s3_endpoint(),
+                "put",
+                backend.endpoint(),
                 empty.path().to_str().unwrap(),
-                &format!("s3://{bucket}/"),
+                &format!("{}://{bucket}/", backend.scheme()),
             ]);
         }
         let target = |name: &str| match backend {
             Backend::Local => format!("out/{name}"),
-            Backend::S3 => format!("s3://{bucket}/lake/{name}"),
+            _ => format!("{}://{bucket}/lake/{name}", backend.scheme()),
         };
         let job = lake.job("crashy", &MONTH_JOB.replace("TARGET", &target("crashy")));
         let daily_job = lake.job("daily", &DAILY_JOB.replace("TARGET", &target("daily")));
@@ -106,16 +137,19 @@ impl Table {
     pub fn target(&self, name: &str) -> String {
         match self.backend {
             Backend::Local => self.lake.join(&format!("out/{name}")).display().to_string(),
-            Backend::S3 => self.url(&format!("lake/{name}")),
+            _ => self.url(&format!("lake/{name}")),
         }
     }
 
     pub fn url(&self, rel: &str) -> String {
-        format!("s3://{}/{rel}", self.bucket)
+        format!("{}://{}/{rel}", self.backend.scheme(), self.bucket)
     }
 
     pub fn idem(&self, args: &[&str], extra: &[(&str, &str)]) -> std::process::Output {
-        idem_s3(&self.lake, args, extra)
+        let env = self.backend.env();
+        let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        all.extend_from_slice(extra);
+        idem_in(self.lake.path(), args, &all)
     }
 
     pub fn run_ok(&self, job: &str) -> Vec<Value> {
@@ -181,7 +215,7 @@ impl Table {
 
     /// Keys under `rel` in the bucket.
     pub fn keys(&self, rel: &str) -> Vec<String> {
-        readers(&["s3-list", s3_endpoint(), &self.url(rel)])
+        readers(&["list", self.backend.endpoint(), &self.url(rel)])
             .as_array()
             .unwrap()
             .iter()
@@ -197,7 +231,7 @@ impl Table {
                 .into_iter()
                 .map(|(k, v)| format!("{k} {v:?}"))
                 .collect(),
-            Backend::S3 => self.keys("lake/"),
+            _ => self.keys("lake/"),
         }
     }
 
@@ -208,7 +242,7 @@ impl Table {
                 .into_keys()
                 .filter(|k| k.ends_with(".parquet"))
                 .collect(),
-            Backend::S3 => self
+            _ => self
                 .keys(&format!("lake/{name}/"))
                 .into_iter()
                 .map(|k| k.trim_start_matches(&format!("lake/{name}/")).to_string())
@@ -226,7 +260,7 @@ impl Table {
                         .collect()
                 })
                 .unwrap_or_default(),
-            Backend::S3 => self.keys("lake/_idem/crashy/staging/"),
+            _ => self.keys("lake/_idem/crashy/staging/"),
         }
     }
 
@@ -235,7 +269,7 @@ impl Table {
             Backend::Local => std::fs::read_dir(self.lake.join("out/_idem/crashy/log"))
                 .map(|rd| rd.count())
                 .unwrap_or(0),
-            Backend::S3 => self.keys("lake/_idem/crashy/log/").len(),
+            _ => self.keys("lake/_idem/crashy/log/").len(),
         }
     }
 
@@ -243,11 +277,11 @@ impl Table {
     pub fn plain_rows(&self) -> Value {
         match self.backend {
             Backend::Local => readers(&["table", &self.target("crashy")]),
-            Backend::S3 => {
+            _ => {
                 let dir = tempfile::tempdir().unwrap();
                 readers(&[
-                    "s3-get",
-                    s3_endpoint(),
+                    "get",
+                    self.backend.endpoint(),
                     &self.url("lake/crashy/"),
                     dir.path().to_str().unwrap(),
                 ]);
@@ -292,7 +326,7 @@ fn digests_of(status: &Value) -> BTreeMap<String, String> {
 
 #[test]
 fn twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition() {
-    for backend in BOTH {
+    for backend in ALL {
         let t = Table::new(backend, "twice");
         let first = t.run_ok(&t.job);
         assert_eq!(actions(&first).len(), 7, "{backend:?}");
@@ -336,7 +370,7 @@ fn twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition() {
 
 #[test]
 fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean() {
-    for backend in BOTH {
+    for backend in ALL {
         let t = Table::new(backend, "empty");
         // 2026-06-09 has no source rows: the run still owns and publishes the day.
         let out = t.ok(&["run", &t.daily_job, "--date", "2026-06-09", "--json"]);
@@ -385,7 +419,7 @@ fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean()
 
 #[test]
 fn a_failed_check_leaves_the_live_table_untouched() {
-    for backend in BOTH {
+    for backend in ALL {
         let t = Table::new(backend, "chk");
         t.run_ok(&t.job);
         let before = t.everything();
@@ -406,7 +440,7 @@ fn a_failed_check_leaves_the_live_table_untouched() {
 
 #[test]
 fn abort_at_every_failpoint_then_rerun() {
-    for backend in BOTH {
+    for backend in ALL {
         let t = Table::new(backend, "fp");
         let old = t.reference();
         t.run_ok(&t.job);
@@ -422,7 +456,7 @@ fn abort_at_every_failpoint_then_rerun() {
             "after_swap",
             "after_publish_one",
         ];
-        if backend == Backend::S3 {
+        if backend != Backend::Local {
             points.push("after_apply_copy");
         }
         for point in points {
@@ -438,7 +472,7 @@ fn abort_at_every_failpoint_then_rerun() {
                     "{backend:?} {point}: {p} is neither"
                 );
             }
-            if backend == Backend::S3 && (point == "after_swap" || point == "after_apply_copy") {
+            if backend != Backend::Local && (point == "after_swap" || point == "after_apply_copy") {
                 // Committed but not applied: `idem gc` rolls the apply forward.
                 t.ok(&["gc", &t.target("crashy")]);
                 assert_eq!(t.data_files("crashy").len(), 7, "{point}: gc did not apply");
@@ -461,7 +495,7 @@ fn sigkill_at_random_moments_ends_clean() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(30);
-    for backend in BOTH {
+    for backend in ALL {
         let t = Table::new(backend, "kill");
         let a = t.reference();
         t.switch_to_b(None);
@@ -488,7 +522,7 @@ fn sigkill_at_random_moments_ends_clean() {
             let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
                 .args(["run", &t.job, "--date", "2026-06"])
                 .current_dir(t.lake.path())
-                .envs(s3_env())
+                .envs(backend.env())
                 .env_remove("IDEM_FAILPOINTS")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

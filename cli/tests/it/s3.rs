@@ -1,6 +1,8 @@
-//! Object stores: sources and tables on an S3-compatible server (moto, on 127.0.0.1).
+//! Object stores: sources and tables on an S3-compatible server (moto, on 127.0.0.1)
+//! and on Azure Blob Storage (Azurite, on 127.0.0.1).
 
 use crate::common::*;
+use crate::conformance::{Backend, Table};
 
 /// A bucket name no other test uses.
 pub fn bucket(tag: &str) -> String {
@@ -21,12 +23,18 @@ pub fn idem_s3(lake: &Lake, args: &[&str], extra: &[(&str, &str)]) -> std::proce
 }
 
 #[test]
-fn a_source_on_s3_gives_the_same_table_as_the_same_files_on_disk() {
+fn a_source_on_an_object_store_gives_the_same_table_as_the_same_files_on_disk() {
+    for backend in [Backend::S3, Backend::Azure] {
+        source_on(backend);
+    }
+}
+
+fn source_on(backend: Backend) {
     let lake = Lake::new();
     let b = bucket("src");
-    let url = format!("s3://{b}/raw/orders/");
+    let url = format!("{}://{b}/raw/orders/", backend.scheme());
     let raw = lake.join("testdata/lake/raw/orders");
-    let keys = readers(&["s3-put", s3_endpoint(), raw.to_str().unwrap(), &url]);
+    let keys = readers(&["put", backend.endpoint(), raw.to_str().unwrap(), &url]);
     assert_eq!(keys.as_array().unwrap().len(), 7, "{keys}");
 
     let local = lake.job(
@@ -43,7 +51,13 @@ fn a_source_on_s3_gives_the_same_table_as_the_same_files_on_disk() {
             .replace("lake/analytics/fct_orders/", "out/remote/"),
     );
     let run = |job: &str| {
-        let out = idem_s3(&lake, &["run", job, "--date", "2026-06-03", "--json"], &[]);
+        let env = backend.env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let out = idem_in(
+            lake.path(),
+            &["run", job, "--date", "2026-06-03", "--json"],
+            &env,
+        );
         assert!(
             out.status.success(),
             "{}",
@@ -60,7 +74,7 @@ fn a_source_on_s3_gives_the_same_table_as_the_same_files_on_disk() {
     // The same rows: equal digests, and the independent readers agree.
     let l = status_digests(&lake, lake.join("out/local").to_str().unwrap());
     let r = status_digests(&lake, lake.join("out/remote").to_str().unwrap());
-    assert_eq!(l, r);
+    assert_eq!(l, r, "{backend:?}");
     assert_eq!(
         readers(&["table", lake.join("out/local").to_str().unwrap()]),
         readers(&["table", lake.join("out/remote").to_str().unwrap()])
@@ -98,7 +112,7 @@ fn storage_options_in_the_job_and_bad_urls_are_explained() {
     let b = bucket("opt");
     let url = format!("s3://{b}/raw/orders/");
     let raw = lake.join("testdata/lake/raw/orders");
-    readers(&["s3-put", s3_endpoint(), raw.to_str().unwrap(), &url]);
+    readers(&["put", s3_endpoint(), raw.to_str().unwrap(), &url]);
     let text = std::fs::read_to_string(lake.join("testdata/jobs/fct_orders.toml"))
         .unwrap()
         .replace("testdata/lake/raw/orders/", &url)
@@ -123,6 +137,79 @@ fn storage_options_in_the_job_and_bad_urls_are_explained() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // The same options on the source alone; `--skip-fresh` reaches the recorded inputs
+    // with them too (the environment names no endpoint), so the re-run is `fresh`.
+    let per_source = lake.job(
+        "per_source",
+        &text.replace("out/opt/", "out/per_source/").replace(
+            &format!("path = \"{url}\""),
+            &format!(
+                "path = \"{url}\"\nstorage = {{ endpoint = \"{}\", allow_http = true, path_style = true, region = \"us-east-1\" }}",
+                s3_endpoint()
+            ),
+        ),
+    );
+    let written = std::fs::read_to_string(lake.join(&per_source)).unwrap();
+    assert!(written.contains("storage = {"), "{written}");
+    let keys_only = [
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+    ];
+    let backfill = |extra: &[&str]| {
+        let mut args = vec!["backfill", &per_source, "--from", "2026-06-02"];
+        args.extend_from_slice(&["--to", "2026-06-02", "--json"]);
+        args.extend_from_slice(extra);
+        let out = idem_in(lake.path(), &args, &keys_only);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        actions(&json_lines(&out))
+    };
+    assert_eq!(
+        backfill(&[]),
+        vec![("dt=2026-06-02".into(), "written".into())]
+    );
+    assert_eq!(
+        backfill(&["--skip-fresh"]),
+        vec![("dt=2026-06-02".into(), "fresh".into())]
+    );
+    // Options on a local source, and two sources of one bucket that disagree, are
+    // refused by name before anything runs.
+    let local_opts = lake.job(
+        "local_opts",
+        &std::fs::read_to_string(lake.join("testdata/jobs/fct_orders.toml"))
+            .unwrap()
+            .replace(
+                "path = \"testdata/lake/raw/orders/\"",
+                "path = \"testdata/lake/raw/orders/\"\nstorage = { region = \"eu-west-1\" }",
+            ),
+    );
+    let out = idem_s3(&lake, &["run", &local_opts, "--date", "2026-06-02"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("orders") && err.contains("object-store paths"),
+        "{err}"
+    );
+    let two = lake.job(
+        "two",
+        &format!(
+            "name = \"two\"\n\
+             [sources.a]\npath = \"s3://{b}/raw/orders/\"\n\
+             [sources.b]\npath = \"s3://{b}/raw/orders/\"\nstorage = {{ region = \"eu-west-1\" }}\n\
+             [transform]\nsql = \"select * from a\"\n\
+             [target]\npath = \"out/two\"\n"
+        ),
+    );
+    let out = idem_s3(&lake, &["run", &two, "--date", "2026-06-02"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`a` and `b`") && err.contains(&format!("s3://{b}")),
+        "{err}"
     );
     // An unknown storage option is named.
     let bad = lake.job("bad", &format!("{text}\n[storage]\nendpont = \"x\"\n"));
@@ -151,12 +238,16 @@ fn storage_options_in_the_job_and_bad_urls_are_explained() {
 // The scenarios every backend must pass are in conformance.rs; here, what only an
 // object store has: readers going through the markers while writers race.
 
-use crate::conformance::{Backend, Table};
-
 #[test]
-fn four_concurrent_writers_of_one_partition_on_s3() {
+fn four_concurrent_writers_of_one_partition_on_object_stores() {
+    for backend in [Backend::S3, Backend::Azure] {
+        four_writers_on(backend);
+    }
+}
+
+fn four_writers_on(backend: Backend) {
     use std::process::{Command, Stdio};
-    let s = Table::new(Backend::S3, "four");
+    let s = Table::new(backend, "four");
     // Four writers whose outputs differ (a constant column): the partition must end as
     // exactly one writer's complete output.
     let jobs: Vec<String> = (0..4)
@@ -191,8 +282,8 @@ fn four_concurrent_writers_of_one_partition_on_s3() {
         let (marker, part, stop) = (marker.clone(), part.clone(), stop.clone());
         std::thread::spawn(move || {
             readers(&[
-                "s3-watch",
-                s3_endpoint(),
+                "watch",
+                backend.endpoint(),
                 &marker,
                 &part,
                 stop.to_str().unwrap(),
@@ -211,7 +302,7 @@ fn four_concurrent_writers_of_one_partition_on_s3() {
                         Command::new(env!("CARGO_BIN_EXE_idem"))
                             .args(["run", &j, "--date", "2026-06"])
                             .current_dir(&dir)
-                            .envs(s3_env())
+                            .envs(backend.env())
                             .env_remove("IDEM_FAILPOINTS")
                             .stdin(Stdio::null())
                             .output()
@@ -233,17 +324,24 @@ fn four_concurrent_writers_of_one_partition_on_s3() {
     }
     std::fs::write(&stop, "").unwrap();
     let seen = watcher.join().unwrap();
-    assert_eq!(seen["violations"], serde_json::json!([]), "{seen}");
-    assert!(seen["reads"].as_u64().unwrap() > 0, "{seen}");
+    assert_eq!(
+        seen["violations"],
+        serde_json::json!([]),
+        "{backend:?}: {seen}"
+    );
+    assert!(seen["reads"].as_u64().unwrap() > 0, "{backend:?}: {seen}");
     // Every partition is one writer's whole output, read through its marker, and a
     // plain listing holds exactly the markers' files.
     let now = s.digests();
     assert_eq!(now.len(), 7);
     for (p, d) in &now {
-        assert!(refs.iter().any(|r| &r[p] == d), "{p}: no writer's output");
+        assert!(
+            refs.iter().any(|r| &r[p] == d),
+            "{backend:?} {p}: no writer's output"
+        );
     }
-    assert_eq!(s.keys("lake/crashy/").len(), 7);
-    eprintln!("watcher: {seen}");
+    assert_eq!(s.keys("lake/crashy/").len(), 7, "{backend:?}");
+    eprintln!("{backend:?} watcher: {seen}");
 }
 
 #[test]
@@ -346,10 +444,13 @@ partition_by = ["dt"]
 }
 
 #[test]
-fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
+fn merges_into_object_store_tables_match_duckdb_and_concurrent_merges_both_land() {
     use crate::merge::{base, changes, job, oracle};
-    for partition_by in ["", "\"country\""] {
-        let t = Table::new(Backend::S3, "merge");
+    let cases = [Backend::S3, Backend::Azure]
+        .into_iter()
+        .flat_map(|b| ["", "\"country\""].map(|p| (b, p)));
+    for (backend, partition_by) in cases {
+        let t = Table::new(backend, "merge");
         let url = t.url("lake/dim_customers");
         let dim = t
             .lake
@@ -370,8 +471,8 @@ fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
         let rows = || {
             let dir = tempfile::tempdir().unwrap();
             readers(&[
-                "s3-get",
-                s3_endpoint(),
+                "get",
+                backend.endpoint(),
                 &format!("{url}/"),
                 dir.path().to_str().unwrap(),
             ]);
@@ -385,7 +486,7 @@ fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
                     std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
                         .args(["run", &dim, "--date", "2026-06-01"])
                         .current_dir(t.lake.path())
-                        .envs(s3_env())
+                        .envs(backend.env())
                         .env("SRC", src)
                         .env_remove("IDEM_FAILPOINTS")
                         .stdout(std::process::Stdio::piped())
@@ -407,7 +508,7 @@ fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
         // Updates (even ids move to NZ) and new keys.
         let a = changes(&t.lake, "a", &[10, 11, 12, 13, 14], &[2001, 2002], "NZ");
         merge(&a);
-        assert_eq!(rows(), oracle(&base, &[&a]), "[{partition_by}]");
+        assert_eq!(rows(), oracle(&base, &[&a]), "{backend:?} [{partition_by}]");
         let keys = t.keys("lake/dim_customers/");
         let again = merge(&a);
         assert!(
@@ -420,7 +521,11 @@ fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
         let b = changes(&t.lake, "b", &[20, 21, 22], &[3001], "ZA");
         let c = changes(&t.lake, "c", &[30, 31, 32], &[3002], "ZA");
         race(&[&b, &c]);
-        assert_eq!(rows(), oracle(&base, &[&a, &b, &c]), "[{partition_by}]");
+        assert_eq!(
+            rows(),
+            oracle(&base, &[&a, &b, &c]),
+            "{backend:?} [{partition_by}]"
+        );
         assert!(t.keys("lake/_idem/dim_customers/staging/").is_empty());
 
         // Two merges insert one new key into different partitions at once: the key
@@ -435,7 +540,7 @@ fn merges_into_s3_tables_match_duckdb_and_concurrent_merges_both_land() {
             .iter()
             .filter(|r| r["customer_id"] == "5001")
             .collect();
-        assert_eq!(copies.len(), 1, "[{partition_by}] {copies:?}");
+        assert_eq!(copies.len(), 1, "{backend:?} [{partition_by}] {copies:?}");
         assert!(t.keys("lake/_idem/dim_customers/writes.lock").is_empty());
     }
 }
