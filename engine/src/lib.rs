@@ -20,6 +20,7 @@ pub mod session;
 mod sql;
 pub mod status;
 pub mod table;
+mod utc_date;
 pub mod verify;
 pub mod window;
 

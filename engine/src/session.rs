@@ -45,6 +45,7 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
         .execution
         .listing_table_ignore_subdirectory = false;
     let ctx = SessionContext::new_with_config(config);
+    ctx.add_optimizer_rule(Arc::new(crate::utc_date::UtcDateRule::new()));
     ctx.register_udf(IdemKey::udf());
     ctx.register_udf(crate::key::DedupeUnique::udf());
     for s in &job.sources {
