@@ -27,7 +27,7 @@
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, FixedSizeListArray, MapArray,
-    StructArray,
+    PrimitiveArray, StructArray,
 };
 use arrow::datatypes::*;
 
@@ -80,6 +80,42 @@ pub fn check_supported(column: &str, data_type: &DataType) -> Result<()> {
     }
 }
 
+/// `one(value)` of every value of `a`, `null_hash` for its nulls.
+fn hash_values<T: ArrowPrimitiveType>(
+    a: &PrimitiveArray<T>,
+    null_hash: u64,
+    mut one: impl FnMut(T::Native) -> u64,
+) -> Vec<u64> {
+    if a.null_count() == 0 {
+        a.values().iter().map(|&v| one(v)).collect()
+    } else {
+        a.iter().map(|v| v.map_or(null_hash, &mut one)).collect()
+    }
+}
+
+/// A decimal's unscaled value and scale with trailing fractional zeros removed (zero
+/// has scale 0): 1.50 and 1.5 encode alike. In 64-bit arithmetic when the value fits,
+/// which is nearly always (128-bit division is several times slower).
+fn strip_zeros(v: i128, scale: i8) -> (i128, i8) {
+    let mut s = scale;
+    if v == 0 {
+        return (0, 0);
+    }
+    if let Ok(mut small) = i64::try_from(v) {
+        while s > 0 && small % 10 == 0 {
+            small /= 10;
+            s -= 1;
+        }
+        return (small as i128, s);
+    }
+    let mut v = v;
+    while s > 0 && v % 10 == 0 {
+        v /= 10;
+        s -= 1;
+    }
+    (v, s)
+}
+
 /// Hashes every value of a column (xxh3-64 of its canonical encoding, seeded), with
 /// fast paths for the common flat types. Produces exactly the hashes that hashing
 /// [`encode_value`]'s bytes would: the golden tests hold both to the same values.
@@ -88,18 +124,11 @@ pub fn hash_column(col: &dyn Array, seed: u64) -> Vec<u64> {
     let null_hash = h(&[TAG_NULL], seed);
     macro_rules! fixed {
         ($array:expr, |$v:ident, $buf:ident| $fill:expr) => {{
-            let a = $array;
             let mut $buf = [0u8; 32];
-            (0..a.len())
-                .map(|r| {
-                    if a.is_null(r) {
-                        return null_hash;
-                    }
-                    let $v = a.value(r);
-                    let n: usize = $fill;
-                    h(&$buf[..n], seed)
-                })
-                .collect()
+            hash_values($array, null_hash, |$v| {
+                let n: usize = $fill;
+                h(&$buf[..n], seed)
+            })
         }};
     }
     fn put_int(buf: &mut [u8; 32], v: i128) -> usize {
@@ -135,14 +164,7 @@ pub fn hash_column(col: &dyn Array, seed: u64) -> Vec<u64> {
         Decimal128(_, scale) => {
             let scale = *scale;
             fixed!(col.as_primitive::<Decimal128Type>(), |v, buf| {
-                let (mut v, mut s) = (v, scale);
-                while s > 0 && v % 10 == 0 {
-                    v /= 10;
-                    s -= 1;
-                }
-                if v == 0 {
-                    s = 0;
-                }
+                let (v, s) = strip_zeros(v, scale);
                 buf[0] = TAG_DECIMAL;
                 buf[1] = s as u8;
                 buf[2..18].copy_from_slice(&v.to_le_bytes());
@@ -364,14 +386,8 @@ fn float(out: &mut Vec<u8>, v: f64) {
     out.extend_from_slice(&bits.to_le_bytes());
 }
 
-fn decimal(out: &mut Vec<u8>, mut v: i128, mut scale: i8) {
-    while scale > 0 && v % 10 == 0 {
-        v /= 10;
-        scale -= 1;
-    }
-    if v == 0 {
-        scale = 0;
-    }
+fn decimal(out: &mut Vec<u8>, v: i128, scale: i8) {
+    let (v, scale) = strip_zeros(v, scale);
     out.push(TAG_DECIMAL);
     out.push(scale as u8);
     out.extend_from_slice(&v.to_le_bytes());
