@@ -19,7 +19,7 @@ export AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_ALLOW_HTTP=true AWS_ACCESS_KE
   AWS_SECRET_ACCESS_KEY=bench AWS_REGION=us-east-1
 for _ in $(seq 100); do "$PY" -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && break; sleep 0.2; done
 mkdir -p "$WORK/empty"
-"$PY" "$ROOT/testdata/py/readers.py" s3-put "$AWS_ENDPOINT_URL" "$WORK/empty" s3://bench/ >/dev/null
+"$PY" "$ROOT/testdata/py/readers.py" put "$AWS_ENDPOINT_URL" "$WORK/empty" s3://bench/ >/dev/null
 "$IDEM" gen orders --out "$WORK/raw" --start 2026-06-01 --days 1 --rows-per-day "$ROWS" >/dev/null
 job() { # job TARGET
   cat <<TOML
