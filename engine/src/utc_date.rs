@@ -12,17 +12,21 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Date32Array};
 use arrow::datatypes::{
-    DataType, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
+    DataType, Field, FieldRef, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
     TimestampNanosecondType, TimestampSecondType,
 };
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, exec_err};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
-    Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
-    ScalarUDFImpl, Signature, Volatility,
+    Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ReturnFieldArgs, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
+
+/// arrow's extension-type metadata keys (`arrow_schema::extension`), which a cast drops.
+const EXTENSION_TYPE_NAME_KEY: &str = "ARROW:extension:name";
+const EXTENSION_TYPE_METADATA_KEY: &str = "ARROW:extension:metadata";
 
 /// The function: `idem_utc_date(ts)` → Date32.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -52,14 +56,29 @@ fn is_utc_timestamp(t: &DataType) -> bool {
     }
 }
 
-fn days(values: &dyn Array, per_day: i64) -> ArrayRef {
+/// The day counts chrono (and so arrow's cast) can represent: its dates span about
+/// ±262,000 years.
+fn day_range() -> std::ops::RangeInclusive<i64> {
+    let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).expect("a date");
+    (chrono::NaiveDate::MIN - epoch).num_days()..=(chrono::NaiveDate::MAX - epoch).num_days()
+}
+
+fn days(values: &dyn Array, per_day: i64) -> Result<ArrayRef> {
     fn run<T: arrow::datatypes::ArrowPrimitiveType<Native = i64>>(
         values: &dyn Array,
         per_day: i64,
-    ) -> Date32Array {
-        values
-            .as_primitive::<T>()
-            .unary(|v| v.div_euclid(per_day) as i32)
+    ) -> Result<Date32Array> {
+        let range = day_range();
+        Ok(values.as_primitive::<T>().try_unary(|v| {
+            let d = v.div_euclid(per_day);
+            if range.contains(&d) {
+                Ok(d as i32)
+            } else {
+                Err(arrow::error::ArrowError::CastError(format!(
+                    "timestamp {v} is out of range for a date"
+                )))
+            }
+        })?)
     }
     let out = match values.data_type() {
         DataType::Timestamp(TimeUnit::Second, _) => run::<TimestampSecondType>(values, per_day),
@@ -72,9 +91,9 @@ fn days(values: &dyn Array, per_day: i64) -> ArrayRef {
         DataType::Timestamp(TimeUnit::Nanosecond, _) => {
             run::<TimestampNanosecondType>(values, per_day)
         }
-        _ => unreachable!("checked by the caller"),
-    };
-    Arc::new(out)
+        t => return exec_err!("idem_utc_date: {t} is not a timestamp"),
+    }?;
+    Ok(Arc::new(out))
 }
 
 impl ScalarUDFImpl for UtcDate {
@@ -88,6 +107,20 @@ impl ScalarUDFImpl for UtcDate {
 
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
         Ok(DataType::Date32)
+    }
+
+    /// The field a type-only cast gives: the argument's nullability and metadata (less
+    /// any extension type), so plans keep the schema the cast had.
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        let [arg] = args.arg_fields else {
+            return exec_err!("idem_utc_date takes one argument");
+        };
+        let mut metadata = arg.metadata().clone();
+        metadata.remove(EXTENSION_TYPE_NAME_KEY);
+        metadata.remove(EXTENSION_TYPE_METADATA_KEY);
+        Ok(Arc::new(
+            Field::new(self.name(), DataType::Date32, arg.is_nullable()).with_metadata(metadata),
+        ))
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -107,11 +140,11 @@ impl ScalarUDFImpl for UtcDate {
             _ => unreachable!(),
         };
         Ok(match arg {
-            ColumnarValue::Array(a) => ColumnarValue::Array(days(a.as_ref(), per_day)),
+            ColumnarValue::Array(a) => ColumnarValue::Array(days(a.as_ref(), per_day)?),
             ColumnarValue::Scalar(s) => {
                 let a = s.to_array()?;
                 ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(
-                    days(a.as_ref(), per_day).as_ref(),
+                    days(a.as_ref(), per_day)?.as_ref(),
                     0,
                 )?)
             }
@@ -154,10 +187,20 @@ impl OptimizerRule for UtcDateRule {
         let schema = Arc::clone(plan.inputs()[0].schema());
         let names = NamePreserver::new(&plan);
         plan.map_expressions(|expr| {
+            // A grouping set is one expression whose children the plan above names
+            // one by one: leave it as it is.
+            if matches!(expr, Expr::GroupingSet(_)) {
+                return Ok(Transformed::no(expr));
+            }
             let name = names.save(&expr);
             let rewritten = expr.transform_up(|e| match &e {
+                // Only a type-only cast (no explicit name, nullability or metadata),
+                // whose field the function reproduces.
                 Expr::Cast(Cast { expr: inner, field })
                     if field.data_type() == &DataType::Date32
+                        && field.name().is_empty()
+                        && field.is_nullable()
+                        && field.metadata().is_empty()
                         && inner
                             .get_type(schema.as_ref())
                             .is_ok_and(|t| is_utc_timestamp(&t)) =>
@@ -194,35 +237,44 @@ mod tests {
             Some(19_876 * us + 3_600_000_000),
         ])
         .with_timezone("UTC");
-        let ours = days(&values, us);
+        let ours = days(&values, us).unwrap();
         let arrows = arrow::compute::cast(&values, &DataType::Date32).unwrap();
         assert_eq!(ours.as_ref(), arrows.as_ref());
         let naive = TimestampMicrosecondArray::from(vec![Some(-1), Some(us * 3 + 5), None]);
         let arrows = arrow::compute::cast(&naive, &DataType::Date32).unwrap();
-        assert_eq!(days(&naive, us).as_ref(), arrows.as_ref());
+        assert_eq!(days(&naive, us).unwrap().as_ref(), arrows.as_ref());
+        // Out of chrono's range: an error, as arrow's cast gives, not a wrapped date.
+        let far = arrow::array::TimestampSecondArray::from(vec![i64::MAX / 2]);
+        assert!(arrow::compute::cast(&far, &DataType::Date32).is_err());
+        assert!(days(&far, 86_400).is_err());
     }
 
-    /// The same rows and column names with the rule as without it, and the rule applied
-    /// (in a projection and a grouping; a filter's cast is left for pruning).
+    /// The same rows and schema with the rule as without it, and the rule applied (in a
+    /// projection and a grouping; a filter's cast is left for pruning), including a
+    /// non-null column grouped over a subquery and a grouping set.
     #[test]
     fn queries_give_the_same_result_with_the_rule_and_use_it() {
         use arrow::array::RecordBatch;
-        use arrow::datatypes::{Field, Schema};
+        use arrow::datatypes::Schema;
         use datafusion::datasource::MemTable;
         use datafusion::prelude::SessionContext;
         let us = 86_400_000_000i64;
         let utc = TimestampMicrosecondArray::from(vec![Some(-1), Some(0), Some(us + 7), None])
             .with_timezone("UTC");
         let naive = TimestampMicrosecondArray::from(vec![Some(5), Some(-us), None, Some(us)]);
+        let required = TimestampMicrosecondArray::from(vec![0, us, 2 * us, 3 * us - 1])
+            .with_timezone("+00:00");
         let schema = Arc::new(Schema::new(vec![
             Field::new("ts", utc.data_type().clone(), true),
             Field::new("naive", naive.data_type().clone(), true),
+            Field::new("req", required.data_type().clone(), false),
         ]));
-        let batch =
-            RecordBatch::try_new(schema.clone(), vec![Arc::new(utc), Arc::new(naive)]).unwrap();
-        let sql = "select cast(ts as date), cast(naive as date) as d, count(*) as n \
-                   from t where cast(ts as date) is not null or true group by 1, 2 order by 1, 2";
-        let run = |with_rule: bool| {
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(utc), Arc::new(naive), Arc::new(required)],
+        )
+        .unwrap();
+        let run = |sql: &str, with_rule: bool| {
             let ctx = SessionContext::new();
             if with_rule {
                 ctx.add_optimizer_rule(Arc::new(UtcDateRule::new()));
@@ -238,11 +290,30 @@ mod tests {
                     (plan, df.collect().await.unwrap())
                 })
         };
-        let (plain_plan, plain) = run(false);
-        let (plan, ours) = run(true);
-        assert_eq!(ours, plain);
-        assert!(!plain_plan.contains("UtcDate"), "{plain_plan}");
-        assert_eq!(plan.matches("UtcDate").count(), 2, "{plan}");
-        assert_eq!(ours[0].schema(), plain[0].schema());
+        let cases = [
+            (
+                "select cast(ts as date), cast(naive as date) as d, count(*) as n from t \
+                 where cast(ts as date) is not null or true group by 1, 2 order by 1, 2",
+                2,
+            ),
+            (
+                "select d, count(*) from (select cast(req as date) as d from t) group by d \
+                 order by d",
+                1,
+            ),
+            (
+                "select cast(ts as date), count(*) from t \
+                 group by rollup (cast(ts as date)) order by 1",
+                0,
+            ),
+        ];
+        for (sql, rewritten) in cases {
+            let (plain_plan, plain) = run(sql, false);
+            let (plan, ours) = run(sql, true);
+            assert_eq!(ours, plain, "{sql}");
+            assert_eq!(ours[0].schema(), plain[0].schema(), "{sql}");
+            assert!(!plain_plan.contains("UtcDate"), "{plain_plan}");
+            assert_eq!(plan.matches("UtcDate").count(), rewritten, "{sql}: {plan}");
+        }
     }
 }
