@@ -162,6 +162,7 @@ pub struct ObjectTable {
     root: ObjectPath,
     meta: ObjectPath,
     local: PathBuf,
+    options: crate::store::StorageOptions,
 }
 
 impl std::fmt::Debug for ObjectTable {
@@ -181,7 +182,7 @@ impl std::fmt::Debug for ObjectTable {
 pub async fn probe_conditional_writes(
     store: &dyn ObjectStore,
     key: &ObjectPath,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Probe> {
     let put = |mode: PutMode| {
         store.put_opts(
             key,
@@ -190,13 +191,18 @@ pub async fn probe_conditional_writes(
         )
     };
     let verdict = async {
-        put(PutMode::Create)
-            .await
-            .map_err(|e| format!("a create-if-absent failed: {e}"))?;
+        put(PutMode::Create).await.map_err(Probe::Failed)?;
         match put(PutMode::Create).await {
             Err(object_store::Error::AlreadyExists { .. }) => {}
-            Ok(_) => return Err("a second create-if-absent of one key succeeded".into()),
-            Err(e) => return Err(format!("a second create-if-absent failed with {e}")),
+            Ok(_) => {
+                return Err(Probe::Ignored(
+                    "a second create-if-absent of one key succeeded",
+                ));
+            }
+            Err(object_store::Error::NotImplemented { .. }) => {
+                return Err(Probe::Ignored("create-if-absent is not implemented"));
+            }
+            Err(e) => return Err(Probe::Failed(e)),
         }
         let stale = UpdateVersion {
             e_tag: Some("\"00000000000000000000000000000000\"".into()),
@@ -204,13 +210,27 @@ pub async fn probe_conditional_writes(
         };
         match put(PutMode::Update(stale)).await {
             Err(object_store::Error::Precondition { .. }) => Ok(()),
-            Ok(_) => Err("an update against a stale version succeeded".into()),
-            Err(e) => Err(format!("an update against a stale version failed with {e}")),
+            Ok(_) => Err(Probe::Ignored(
+                "an update against a stale version succeeded",
+            )),
+            Err(object_store::Error::NotImplemented { .. }) => {
+                Err(Probe::Ignored("update-if-match is not implemented"))
+            }
+            Err(e) => Err(Probe::Failed(e)),
         }
     }
     .await;
     store.delete(key).await.ok();
     verdict
+}
+
+/// Why a store failed [`probe_conditional_writes`].
+#[derive(Debug)]
+pub enum Probe {
+    /// The store answered, and does not enforce conditional writes: a verdict.
+    Ignored(&'static str),
+    /// A request failed (network, permissions): no verdict.
+    Failed(object_store::Error),
 }
 
 /// A multipart upload in progress, recorded under `_idem/<table>/uploads/<run id>/` so
@@ -255,6 +275,7 @@ impl ObjectTable {
             multipart,
             ambiguous: Default::default(),
             local,
+            options: options.clone(),
         })
     }
 
@@ -398,29 +419,37 @@ impl ObjectTable {
         })
     }
 
-    /// Probes the store once per process and bucket (see [`probe_conditional_writes`]);
-    /// a store that fails is refused with the reason.
+    /// Probes the store once per process, bucket and options (see
+    /// [`probe_conditional_writes`]); a store that ignores conditional writes is refused
+    /// with the reason. Only answers are remembered: a failed request is reported as
+    /// such, and the next run probes again.
     async fn check_conditional_writes(&self) -> Result<()> {
-        type Verdicts = std::collections::HashMap<String, std::result::Result<(), String>>;
+        type Verdicts = std::collections::HashMap<String, std::result::Result<(), &'static str>>;
         static VERDICTS: std::sync::OnceLock<std::sync::Mutex<Verdicts>> =
             std::sync::OnceLock::new();
-        let base = crate::store::store_base(&self.url).unwrap_or_default();
+        let store_key = format!(
+            "{} {:?}",
+            crate::store::store_base(&self.url).unwrap_or_default(),
+            self.options
+        );
         let verdicts = VERDICTS.get_or_init(Default::default);
-        let known = verdicts.lock().expect("not poisoned").get(&base).cloned();
+        let known = verdicts
+            .lock()
+            .expect("not poisoned")
+            .get(&store_key)
+            .copied();
         let verdict = match known {
             Some(v) => v,
             None => {
-                let key = ObjectPath::from(format!("{}/probe/{:016x}", self.meta, {
-                    use std::hash::{BuildHasher, Hasher};
-                    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-                    h.write_u32(std::process::id());
-                    h.finish()
-                }));
-                let v = probe_conditional_writes(self.store.as_ref(), &key).await;
-                verdicts
-                    .lock()
-                    .expect("not poisoned")
-                    .insert(base.clone(), v.clone());
+                let key = self.probe_key();
+                let v = match probe_conditional_writes(self.store.as_ref(), &key).await {
+                    Ok(()) => Ok(()),
+                    Err(Probe::Ignored(reason)) => Err(reason),
+                    Err(Probe::Failed(e)) => {
+                        return Err(self.err("probe conditional writes at", &key)(e));
+                    }
+                };
+                verdicts.lock().expect("not poisoned").insert(store_key, v);
                 v
             }
         };
@@ -431,6 +460,19 @@ impl ObjectTable {
                  commit needs to be safe against concurrent writers; refusing to write"
             ),
         })
+    }
+
+    /// A key of its own for each probe (runs of a backfill may probe at once) under
+    /// `_idem/<table>/probe/`; `recover` removes any a killed process left.
+    fn probe_key(&self) -> ObjectPath {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        ObjectPath::from(format!(
+            "{}/probe/{:016x}-{}-{}",
+            self.meta,
+            xxhash_rust::xxh3::xxh3_64(format!("{}/{}", hostname(), boot_id()).as_bytes()),
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ))
     }
 
     fn block<T: Send>(&self, f: impl std::future::Future<Output = T> + Send) -> T {
@@ -984,6 +1026,15 @@ impl ObjectTable {
     /// Rolls forward what dead runs committed but did not apply, and removes what they
     /// staged without committing (once older than an hour: a live run may be uploading).
     async fn recover(&self) -> Result<Vec<String>> {
+        // A probe lives for milliseconds: one older than a dead lease was left by a
+        // killed process.
+        let probes = ObjectPath::from(format!("{}/probe", self.meta));
+        let stale = chrono::Utc::now() - DEAD_AFTER;
+        for o in self.list_all(&probes).await? {
+            if o.last_modified < stale {
+                self.delete_quiet(&o.location).await?;
+            }
+        }
         let staging = ObjectPath::from(format!("{}/staging", self.meta));
         let objects = self.list_all(&staging).await?;
         // run id → partition rel → newest modification
@@ -1303,9 +1354,10 @@ mod tests {
     }
 
     /// A store that takes the conditional-write headers and ignores them, as some
-    /// S3-compatible servers do: every put overwrites.
+    /// S3-compatible servers do: its puts overwrite (every put, or only updates when
+    /// `.1` is true: creates are still checked).
     #[derive(Debug)]
-    struct Unconditional(object_store::memory::InMemory);
+    struct Unconditional(object_store::memory::InMemory, bool);
 
     impl std::fmt::Display for Unconditional {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1319,11 +1371,13 @@ mod tests {
             &self,
             location: &ObjectPath,
             payload: PutPayload,
-            _: PutOptions,
+            opts: PutOptions,
         ) -> object_store::Result<object_store::PutResult> {
-            self.0
-                .put_opts(location, payload, PutOptions::default())
-                .await
+            let opts = match opts.mode {
+                PutMode::Create if self.1 => opts,
+                _ => PutOptions::default(),
+            };
+            self.0.put_opts(location, payload, opts).await
         }
         async fn put_multipart_opts(
             &self,
@@ -1380,7 +1434,7 @@ mod tests {
         let store = object_store::memory::InMemory::new();
         let key = ObjectPath::from("t/_idem/probe/1");
         on_runtime(async {
-            assert_eq!(probe_conditional_writes(&store, &key).await, Ok(()));
+            assert!(probe_conditional_writes(&store, &key).await.is_ok());
             let left: Vec<_> = store.list(None).try_collect().await.unwrap();
             assert!(left.is_empty(), "{left:?}");
         });
@@ -1388,12 +1442,28 @@ mod tests {
 
     #[test]
     fn a_store_that_ignores_conditional_writes_is_refused() {
-        let store = Unconditional(object_store::memory::InMemory::new());
         let key = ObjectPath::from("t/_idem/probe/1");
-        let verdict = on_runtime(probe_conditional_writes(&store, &key));
-        assert_eq!(
-            verdict,
-            Err("a second create-if-absent of one key succeeded".to_string())
+        let all = Unconditional(object_store::memory::InMemory::new(), false);
+        let verdict = on_runtime(probe_conditional_writes(&all, &key));
+        assert!(
+            matches!(
+                verdict,
+                Err(Probe::Ignored(
+                    "a second create-if-absent of one key succeeded"
+                ))
+            ),
+            "{verdict:?}"
+        );
+        let updates = Unconditional(object_store::memory::InMemory::new(), true);
+        let verdict = on_runtime(probe_conditional_writes(&updates, &key));
+        assert!(
+            matches!(
+                verdict,
+                Err(Probe::Ignored(
+                    "an update against a stale version succeeded"
+                ))
+            ),
+            "{verdict:?}"
         );
     }
 }
