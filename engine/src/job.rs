@@ -203,13 +203,13 @@ pub struct Target {
 }
 
 impl Job {
-    /// The storage options reaching `url`: those of the source it belongs to (the
-    /// longest matching path), else the job's `[storage]`.
+    /// The storage options reaching `url`: those of the sources in its bucket (they
+    /// all agree, see [`Job::load`]), else the job's `[storage]`.
     pub fn storage_for(&self, url: &str) -> &idem_io::store::StorageOptions {
+        let base = idem_io::store::store_base(url);
         self.sources
             .iter()
-            .filter(|s| url.starts_with(s.path.trim_end_matches('/')))
-            .max_by_key(|s| s.path.len())
+            .find(|s| base.is_some() && idem_io::store::store_base(&s.path) == base)
             .map(|s| &s.storage)
             .unwrap_or(&self.storage)
     }
@@ -295,6 +295,20 @@ impl Job {
         {
             return Err(invalid(format!(
                 "[target] path `{target_path}`: a table needs a prefix inside the bucket (s3://bucket/table)"
+            )));
+        }
+        // The target is reached with the job's options (a merge also reads it in the
+        // query): a source in its bucket must use them too.
+        if let Some(s) = sources.iter().find(|s| {
+            remote
+                && idem_io::store::store_base(&s.path) == idem_io::store::store_base(&target_path)
+                && s.storage != file.storage
+        }) {
+            return Err(invalid(format!(
+                "source `{}` is in the target's bucket {} but with its own storage options; \
+                 the target uses the job's [storage], so put them there",
+                s.name,
+                idem_io::store::store_base(&target_path).unwrap_or_default()
             )));
         }
         let mut seen = std::collections::HashSet::new();

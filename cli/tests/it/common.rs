@@ -244,7 +244,7 @@ pub fn s3_endpoint() -> &'static str {
             return e;
         }
         let server = python().parent().unwrap().join("moto_server");
-        let port = serve(&server, "-H 127.0.0.1 -p {port}", "moto_server");
+        let port = serve(&server, "-H 127.0.0.1 -p {port}", "moto_server", None);
         format!("http://127.0.0.1:{port}")
     })
 }
@@ -261,8 +261,9 @@ pub fn s3_env() -> Vec<(&'static str, String)> {
 }
 
 /// Starts `program args` on a free 127.0.0.1 port (`{port}` in `args`), under a watchdog
-/// shell that stops it once this test process is gone, and waits until it listens.
-fn serve(program: &Path, args: &str, name: &str) -> u16 {
+/// shell that stops it once this test process is gone (then removes `data`, the
+/// server's own directory, if any), and waits until it listens.
+fn serve(program: &Path, args: &str, name: &str, data: Option<&Path>) -> u16 {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -272,10 +273,11 @@ fn serve(program: &Path, args: &str, name: &str) -> u16 {
         .arg("-c")
         .arg(format!(
             "'{}' {} >/dev/null 2>&1 & s=$!; \
-             while kill -0 {me} 2>/dev/null; do sleep 1; done; kill $s",
+             while kill -0 {me} 2>/dev/null; do sleep 1; done; kill $s; wait $s; {cleanup}",
             program.display(),
             args.replace("{port}", &port.to_string()),
-            me = std::process::id()
+            me = std::process::id(),
+            cleanup = data.map_or(String::new(), |d| format!("rm -rf '{}'", d.display()))
         ))
         .stdin(Stdio::null())
         .spawn()
@@ -334,6 +336,7 @@ pub fn azurite_endpoint() -> &'static str {
                 data.display()
             ),
             "azurite-blob",
+            Some(&data),
         );
         format!("http://127.0.0.1:{port}")
     })

@@ -211,6 +211,23 @@ fn storage_options_in_the_job_and_bad_urls_are_explained() {
         err.contains("`a` and `b`") && err.contains(&format!("s3://{b}")),
         "{err}"
     );
+    // Nor may a source in the target's bucket bring options of its own.
+    let shared = lake.job(
+        "shared",
+        &format!(
+            "name = \"shared\"\n\
+             [sources.a]\npath = \"s3://{b}/raw/orders/\"\nstorage = {{ region = \"eu-west-1\" }}\n\
+             [transform]\nsql = \"select * from a\"\n\
+             [target]\npath = \"s3://{b}/out/shared\"\n"
+        ),
+    );
+    let out = idem_s3(&lake, &["run", &shared, "--date", "2026-06-02"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`a`") && err.contains("target's bucket"),
+        "{err}"
+    );
     // An unknown storage option is named.
     let bad = lake.job("bad", &format!("{text}\n[storage]\nendpont = \"x\"\n"));
     let out = idem_s3(&lake, &["run", &bad, "--date", "2026-06-02"], &[]);
