@@ -176,6 +176,13 @@ fn storage_options_in_the_job_and_bad_urls_are_explained() {
         backfill(&["--skip-fresh"]),
         vec![("dt=2026-06-02".into(), "fresh".into())]
     );
+    // A job refused as bad input (exit 2) before anything runs: its error text.
+    let refused = |job: &str| {
+        let out = idem_s3(&lake, &["run", job, "--date", "2026-06-02"], &[]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        err
+    };
     // Options on a local source, and two sources of one bucket that disagree, are
     // refused by name before anything runs.
     let local_opts = lake.job(
@@ -187,9 +194,7 @@ fn storage_options_in_the_job_and_bad_urls_are_explained() {
                 "path = \"testdata/lake/raw/orders/\"\nstorage = { region = \"eu-west-1\" }",
             ),
     );
-    let out = idem_s3(&lake, &["run", &local_opts, "--date", "2026-06-02"], &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = refused(&local_opts);
     assert!(
         err.contains("orders") && err.contains("object-store paths"),
         "{err}"
@@ -204,9 +209,7 @@ fn storage_options_in_the_job_and_bad_urls_are_explained() {
              [target]\npath = \"out/two\"\n"
         ),
     );
-    let out = idem_s3(&lake, &["run", &two, "--date", "2026-06-02"], &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = refused(&two);
     assert!(
         err.contains("`a` and `b`") && err.contains(&format!("s3://{b}")),
         "{err}"
@@ -221,27 +224,21 @@ fn storage_options_in_the_job_and_bad_urls_are_explained() {
              [target]\npath = \"s3://{b}/out/shared\"\n"
         ),
     );
-    let out = idem_s3(&lake, &["run", &shared, "--date", "2026-06-02"], &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = refused(&shared);
     assert!(
         err.contains("`a`") && err.contains("target's bucket"),
         "{err}"
     );
     // An unknown storage option is named.
     let bad = lake.job("bad", &format!("{text}\n[storage]\nendpont = \"x\"\n"));
-    let out = idem_s3(&lake, &["run", &bad, "--date", "2026-06-02"], &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = refused(&bad);
     assert!(err.contains("endpont"), "{err}");
     // A prefix with no objects says so, naming the URL.
     let empty = lake.job(
         "empty",
         &text.replace(&url, &format!("s3://{b}/nothing/here/")),
     );
-    let out = idem_s3(&lake, &["run", &empty, "--date", "2026-06-02"], &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = refused(&empty);
     assert!(err.contains(&format!("s3://{b}/nothing/here/")), "{err}");
     // An unsupported scheme is refused by name.
     let gopher = lake.job("gopher", &text.replace(&url, "gopher://b/raw/"));
