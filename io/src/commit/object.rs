@@ -406,12 +406,9 @@ impl ObjectTable {
     pub fn staged_runs(&self) -> Result<Vec<String>> {
         self.block(async {
             let staging = ObjectPath::from(format!("{}/staging", self.meta));
-            let listed = self
-                .store
-                .list_with_delimiter(Some(&staging))
-                .await
-                .map_err(self.err("list", &staging))?;
-            Ok(listed
+            Ok(self
+                .list_level(&staging)
+                .await?
                 .common_prefixes
                 .iter()
                 .filter_map(|p| p.filename().map(str::to_string))
@@ -424,13 +421,15 @@ impl ObjectTable {
     /// with the reason. Only answers are remembered: a failed request is reported as
     /// such, and the next run probes again.
     async fn check_conditional_writes(&self) -> Result<()> {
-        type Verdicts = std::collections::HashMap<String, std::result::Result<(), &'static str>>;
+        type Verdicts = std::collections::HashMap<
+            (String, crate::store::StorageOptions),
+            std::result::Result<(), &'static str>,
+        >;
         static VERDICTS: std::sync::OnceLock<std::sync::Mutex<Verdicts>> =
             std::sync::OnceLock::new();
-        let store_key = format!(
-            "{} {:?}",
+        let store_key = (
             crate::store::store_base(&self.url).unwrap_or_default(),
-            self.options
+            self.options.clone(),
         );
         let verdicts = VERDICTS.get_or_init(Default::default);
         let known = verdicts
@@ -631,12 +630,9 @@ impl ObjectTable {
     /// The data objects directly in a partition (not in deeper partitions).
     async fn list_partition(&self, p: &PartitionPath) -> Result<Vec<object_store::ObjectMeta>> {
         let prefix = self.partition_prefix(p);
-        let listed = self
-            .store
-            .list_with_delimiter(Some(&prefix))
-            .await
-            .map_err(self.err("list", &prefix))?;
-        Ok(listed
+        Ok(self
+            .list_level(&prefix)
+            .await?
             .objects
             .into_iter()
             .filter(|o| {
@@ -892,6 +888,14 @@ impl ObjectTable {
     }
 
     /// Every object under `prefix`.
+    /// The objects and "directories" directly under `prefix`.
+    async fn list_level(&self, prefix: &ObjectPath) -> Result<object_store::ListResult> {
+        self.store
+            .list_with_delimiter(Some(prefix))
+            .await
+            .map_err(self.err("list", prefix))
+    }
+
     async fn list_all(&self, prefix: &ObjectPath) -> Result<Vec<object_store::ObjectMeta>> {
         self.store
             .list(Some(prefix))
