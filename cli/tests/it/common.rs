@@ -190,6 +190,62 @@ fn xxhash(b: &[u8]) -> u64 {
     h
 }
 
+/// Installs into `dir` once: `install` runs (failing with `failure`) unless
+/// `dir/.ready` holds the text of `spec`, the file it was installed from, so a change
+/// of `spec` reinstalls. Several test binaries may get here at once: a lock file beside
+/// `dir` serialises them.
+fn install_once(dir: &Path, spec: &Path, install: impl FnOnce() -> bool, failure: &str) {
+    let wanted = std::fs::read_to_string(spec).unwrap();
+    let ready = dir.join(".ready");
+    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    let lock = std::fs::File::create(dir.with_extension("lock")).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    if std::fs::read_to_string(&ready).ok().as_deref() != Some(wanted.as_str()) {
+        assert!(install(), "{failure}");
+        std::fs::write(&ready, &wanted).unwrap();
+    }
+}
+
+/// Runs `cmd` (output discarded) and kills it with SIGKILL after `delay`; whether it
+/// was still running then.
+pub fn kill_after(mut cmd: Command, delay: std::time::Duration) -> bool {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(delay);
+    let running = child.try_wait().unwrap().is_none();
+    child.kill().ok();
+    child.wait().unwrap();
+    running
+}
+
+/// Starts every command at once, then waits for all; each must succeed.
+pub fn all_at_once(cmds: impl IntoIterator<Item = Command>) -> Vec<Output> {
+    let children: Vec<_> = cmds
+        .into_iter()
+        .map(|mut c| {
+            c.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out
+        })
+        .collect()
+}
+
 /// The Python with DuckDB, Polars and pyarrow: `IDEM_PYTHON` if set, else a virtual
 /// environment under `target/py-venv`, created on first use from
 /// `testdata/py/requirements.txt` (needs access to PyPI once).
@@ -202,34 +258,28 @@ pub fn python() -> &'static Path {
         let venv = repo_root().join("target/py-venv");
         let py = venv.join("bin/python");
         let req = repo_root().join("testdata/py/requirements.txt");
-        // `.ready` holds the requirements it was built from: a change reinstalls.
-        let ready = venv.join(".ready");
-        let wanted = std::fs::read_to_string(&req).unwrap();
-        // Several test binaries may get here at once: serialise with a lock file.
-        let lock = std::fs::File::create(repo_root().join("target/py-venv.lock")).unwrap();
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
-        if std::fs::read_to_string(&ready).ok().as_deref() != Some(wanted.as_str()) {
-            let ok = (py.exists()
-                || Command::new("python3")
-                    .args(["-m", "venv"])
-                    .arg(&venv)
-                    .status()
-                    .unwrap()
-                    .success())
-                && Command::new(&py)
-                    .args(["-m", "pip", "install", "-q", "-r"])
-                    .arg(&req)
-                    .status()
-                    .unwrap()
-                    .success();
-            assert!(
-                ok,
+        install_once(
+            &venv,
+            &req,
+            || {
+                (py.exists()
+                    || Command::new("python3")
+                        .args(["-m", "venv"])
+                        .arg(&venv)
+                        .status()
+                        .is_ok_and(|s| s.success()))
+                    && Command::new(&py)
+                        .args(["-m", "pip", "install", "-q", "-r"])
+                        .arg(&req)
+                        .status()
+                        .is_ok_and(|s| s.success())
+            },
+            &format!(
                 "could not install the Python readers (duckdb, polars, pyarrow) into {}; \
                  install them with `pip install -r testdata/py/requirements.txt` and set IDEM_PYTHON",
                 venv.display()
-            );
-            std::fs::write(&ready, &wanted).unwrap();
-        }
+            ),
+        );
         py
     })
 }
@@ -304,30 +354,27 @@ pub fn azurite_endpoint() -> &'static str {
         }
         let dir = repo_root().join("target/azurite");
         let bin = dir.join("node_modules/.bin/azurite-blob");
-        let lock_file = repo_root().join("testdata/azurite/package-lock.json");
-        let wanted = std::fs::read_to_string(&lock_file).unwrap();
-        std::fs::create_dir_all(&dir).unwrap();
-        let lock = std::fs::File::create(repo_root().join("target/azurite.lock")).unwrap();
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
-        let ready = dir.join(".ready");
-        if std::fs::read_to_string(&ready).ok().as_deref() != Some(wanted.as_str()) {
-            for f in ["package.json", "package-lock.json"] {
-                std::fs::copy(repo_root().join("testdata/azurite").join(f), dir.join(f)).unwrap();
-            }
-            let ok = Command::new("npm")
-                .args(["ci", "--no-audit", "--no-fund", "--silent"])
-                .current_dir(&dir)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok,
+        install_once(
+            &dir,
+            &repo_root().join("testdata/azurite/package-lock.json"),
+            || {
+                std::fs::create_dir_all(&dir).unwrap();
+                for f in ["package.json", "package-lock.json"] {
+                    std::fs::copy(repo_root().join("testdata/azurite").join(f), dir.join(f))
+                        .unwrap();
+                }
+                Command::new("npm")
+                    .args(["ci", "--no-audit", "--no-fund", "--silent"])
+                    .current_dir(&dir)
+                    .status()
+                    .is_ok_and(|s| s.success())
+            },
+            &format!(
                 "could not install Azurite with npm into {}; install it there with \
                  `npm ci` (testdata/azurite) or start one and set IDEM_AZURITE_ENDPOINT",
                 dir.display()
-            );
-            std::fs::write(&ready, &wanted).unwrap();
-        }
-        drop(lock);
+            ),
+        );
         let data = tempfile::tempdir().unwrap().keep();
         let port = serve(
             &bin,

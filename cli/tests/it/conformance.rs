@@ -4,7 +4,7 @@
 //! test runs its scenario on all three.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -446,16 +446,7 @@ fn abort_at_every_failpoint_then_rerun() {
         t.run_ok(&t.job);
         t.switch_to_b(None);
         let new = t.reference();
-        let mut points = vec![
-            "after_first_batch",
-            "after_row_group",
-            "after_footers",
-            "after_stage",
-            "before_publish",
-            "before_swap",
-            "after_swap",
-            "after_publish_one",
-        ];
+        let mut points = FAILPOINTS.to_vec();
         if backend != Backend::Local {
             points.push("after_apply_copy");
         }
@@ -519,21 +510,14 @@ fn sigkill_at_random_moments_ends_clean() {
             let (old, new) = if to_b { (&a, &b) } else { (&b, &a) };
             // Within 90% of a run: most kills land mid-run on either backend.
             let delay = Duration::from_micros(rng.next() % (full * 9 / 10 + 1));
-            let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
-                .args(["run", &t.job, "--date", "2026-06"])
+            let mut run = Command::new(env!("CARGO_BIN_EXE_idem"));
+            run.args(["run", &t.job, "--date", "2026-06"])
                 .current_dir(t.lake.path())
                 .envs(backend.env())
-                .env_remove("IDEM_FAILPOINTS")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            std::thread::sleep(delay);
-            if child.try_wait().unwrap().is_none() {
+                .env_remove("IDEM_FAILPOINTS");
+            if kill_after(run, delay) {
                 killed_mid_run += 1;
             }
-            child.kill().ok();
-            child.wait().unwrap();
             let context = format!("kill {i} after {delay:?}");
             for (p, d) in &t.digests() {
                 assert!(

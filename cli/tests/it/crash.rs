@@ -188,19 +188,13 @@ fn sigkill_at_random_moments() {
         sources.switch(&lake, to_b);
         let (old, new) = if to_b { (&a, &b) } else { (&b, &a) };
         let delay = Duration::from_micros(rng.next() % (full * 12 / 10 + 1));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+        let mut killed = Command::new(env!("CARGO_BIN_EXE_idem"));
+        killed
             .args(["run", &job, "--date", "2026-06"])
-            .current_dir(lake.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(delay);
-        if child.try_wait().unwrap().is_none() {
+            .current_dir(lake.path());
+        if kill_after(killed, delay) {
             killed_mid_run += 1;
         }
-        child.kill().ok();
-        child.wait().unwrap();
         let context = format!("kill {i} after {delay:?}");
         let in_new = assert_old_or_new(&lake, old, new, &context);
         if in_new > 0 && in_new < a.len() {

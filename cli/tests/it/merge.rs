@@ -2,7 +2,7 @@
 //! the MERGE-equivalent SQL (the table's rows whose key the changes lack, plus every
 //! change), and idem's table read back must equal it.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::common::*;
 
@@ -192,27 +192,13 @@ fn concurrent_merges_both_land_and_crashes_recover() {
     merge_ok(&lake, &job, &base);
     let a = changes(&lake, "a", &[20, 21, 22], &[3001], "NZ");
     let b = changes(&lake, "b", &[30, 31, 32], &[3002], "ZA");
-    let children: Vec<_> = [&a, &b]
-        .iter()
-        .map(|src| {
-            Command::new(env!("CARGO_BIN_EXE_idem"))
-                .args(["run", &job, "--date", "2026-06-01"])
-                .current_dir(lake.path())
-                .env("SRC", src)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for c in children {
-        let out = c.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    all_at_once([&a, &b].map(|src| {
+        let mut run = Command::new(env!("CARGO_BIN_EXE_idem"));
+        run.args(["run", &job, "--date", "2026-06-01"])
+            .current_dir(lake.path())
+            .env("SRC", src);
+        run
+    }));
     // The two change sets touch disjoint keys, so either order gives this table.
     let table = lake.join("out/dim_customers");
     assert_eq!(

@@ -494,29 +494,15 @@ fn merges_into_object_store_tables_match_duckdb_and_concurrent_merges_both_land(
         };
         // Merges of the given changes files, all started at once; each must succeed.
         let race = |sources: &[&String]| {
-            let children: Vec<_> = sources
-                .iter()
-                .map(|src| {
-                    std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
-                        .args(["run", &dim, "--date", "2026-06-01"])
-                        .current_dir(t.lake.path())
-                        .envs(backend.env())
-                        .env("SRC", src)
-                        .env_remove("IDEM_FAILPOINTS")
-                        .stdout(std::process::Stdio::piped())
-                        .stderr(std::process::Stdio::piped())
-                        .spawn()
-                        .unwrap()
-                })
-                .collect();
-            for child in children {
-                let out = child.wait_with_output().unwrap();
-                assert!(
-                    out.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
+            all_at_once(sources.iter().map(|src| {
+                let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_idem"));
+                run.args(["run", &dim, "--date", "2026-06-01"])
+                    .current_dir(t.lake.path())
+                    .envs(backend.env())
+                    .env("SRC", src)
+                    .env_remove("IDEM_FAILPOINTS");
+                run
+            }));
         };
         merge(&base);
         // Updates (even ids move to NZ) and new keys.
