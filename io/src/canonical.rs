@@ -122,94 +122,65 @@ fn strip_zeros(v: i128, scale: i8) -> (i128, i8) {
 pub fn hash_column(col: &dyn Array, seed: u64) -> Vec<u64> {
     use xxhash_rust::xxh3::xxh3_64_with_seed as h;
     let null_hash = h(&[TAG_NULL], seed);
-    macro_rules! fixed {
-        ($array:expr, |$v:ident, $buf:ident| $fill:expr) => {{
-            let mut $buf = [0u8; 32];
-            hash_values($array, null_hash, |$v| {
-                let n: usize = $fill;
-                h(&$buf[..n], seed)
+    use crate::xxh3::{tag_i32, tag_i128, tag_len_bytes, tag_u8_i128};
+    macro_rules! ints {
+        ($t:ty) => {
+            hash_values(col.as_primitive::<$t>(), null_hash, |v| {
+                tag_i128(TAG_INT, v as i128, seed)
+            })
+        };
+    }
+    macro_rules! timestamps {
+        ($t:ty, $unit:expr) => {
+            hash_values(col.as_primitive::<$t>(), null_hash, |v| {
+                tag_i128(TAG_TIMESTAMP, to_nanos(v, $unit), seed)
+            })
+        };
+    }
+    macro_rules! decimals {
+        ($t:ty, $scale:expr) => {{
+            let scale = *$scale;
+            hash_values(col.as_primitive::<$t>(), null_hash, |v| {
+                let (v, s) = strip_zeros(v as i128, scale);
+                tag_u8_i128(TAG_DECIMAL, s as u8, v, seed)
             })
         }};
     }
-    fn put_int(buf: &mut [u8; 32], v: i128) -> usize {
-        buf[0] = TAG_INT;
-        buf[1..17].copy_from_slice(&v.to_le_bytes());
-        17
-    }
     use DataType::*;
     match col.data_type() {
-        Int64 => fixed!(col.as_primitive::<Int64Type>(), |v, buf| put_int(
-            &mut buf, v as i128
-        )),
-        Int32 => fixed!(col.as_primitive::<Int32Type>(), |v, buf| put_int(
-            &mut buf, v as i128
-        )),
-        Int16 => fixed!(col.as_primitive::<Int16Type>(), |v, buf| put_int(
-            &mut buf, v as i128
-        )),
-        Int8 => fixed!(col.as_primitive::<Int8Type>(), |v, buf| put_int(
-            &mut buf, v as i128
-        )),
-        UInt64 => fixed!(col.as_primitive::<UInt64Type>(), |v, buf| put_int(
-            &mut buf, v as i128
-        )),
-        UInt32 => fixed!(col.as_primitive::<UInt32Type>(), |v, buf| put_int(
-            &mut buf, v as i128
-        )),
-        Date32 => fixed!(col.as_primitive::<Date32Type>(), |v, buf| {
-            buf[0] = TAG_DATE;
-            buf[1..5].copy_from_slice(&v.to_le_bytes());
-            5
+        Int64 => ints!(Int64Type),
+        Int32 => ints!(Int32Type),
+        Int16 => ints!(Int16Type),
+        Int8 => ints!(Int8Type),
+        UInt64 => ints!(UInt64Type),
+        UInt32 => ints!(UInt32Type),
+        UInt16 => ints!(UInt16Type),
+        UInt8 => ints!(UInt8Type),
+        Date32 => hash_values(col.as_primitive::<Date32Type>(), null_hash, |v| {
+            tag_i32(TAG_DATE, v, seed)
         }),
-        Decimal128(_, scale) => {
-            let scale = *scale;
-            fixed!(col.as_primitive::<Decimal128Type>(), |v, buf| {
-                let (v, s) = strip_zeros(v, scale);
-                buf[0] = TAG_DECIMAL;
-                buf[1] = s as u8;
-                buf[2..18].copy_from_slice(&v.to_le_bytes());
-                18
-            })
+        Decimal128(_, scale) => decimals!(Decimal128Type, scale),
+        Decimal64(_, scale) => decimals!(Decimal64Type, scale),
+        Decimal32(_, scale) => decimals!(Decimal32Type, scale),
+        Timestamp(TimeUnit::Second, _) => timestamps!(TimestampSecondType, TimeUnit::Second),
+        Timestamp(TimeUnit::Millisecond, _) => {
+            timestamps!(TimestampMillisecondType, TimeUnit::Millisecond)
         }
-        Timestamp(unit, _) => {
-            let unit = *unit;
-            let ts = |v: i64, buf: &mut [u8; 32]| {
-                buf[0] = TAG_TIMESTAMP;
-                buf[1..17].copy_from_slice(&to_nanos(v, unit).to_le_bytes());
-                17
-            };
-            match unit {
-                TimeUnit::Second => fixed!(col.as_primitive::<TimestampSecondType>(), |v, buf| ts(
-                    v, &mut buf
-                )),
-                TimeUnit::Millisecond => fixed!(
-                    col.as_primitive::<TimestampMillisecondType>(),
-                    |v, buf| ts(v, &mut buf)
-                ),
-                TimeUnit::Microsecond => fixed!(
-                    col.as_primitive::<TimestampMicrosecondType>(),
-                    |v, buf| ts(v, &mut buf)
-                ),
-                TimeUnit::Nanosecond => fixed!(
-                    col.as_primitive::<TimestampNanosecondType>(),
-                    |v, buf| ts(v, &mut buf)
-                ),
-            }
+        Timestamp(TimeUnit::Microsecond, _) => {
+            timestamps!(TimestampMicrosecondType, TimeUnit::Microsecond)
+        }
+        Timestamp(TimeUnit::Nanosecond, _) => {
+            timestamps!(TimestampNanosecondType, TimeUnit::Nanosecond)
         }
         Utf8 | LargeUtf8 | Utf8View => {
-            let mut buf = Vec::with_capacity(64);
-            let mut one = |v: Option<&str>| match v {
+            let one = |v: Option<&str>| match v {
                 None => null_hash,
-                Some(v) => {
-                    buf.clear();
-                    bytes(&mut buf, TAG_STRING, v.as_bytes());
-                    h(&buf, seed)
-                }
+                Some(v) => tag_len_bytes(TAG_STRING, v.as_bytes(), seed),
             };
             match col.data_type() {
-                Utf8 => col.as_string::<i32>().iter().map(&mut one).collect(),
-                LargeUtf8 => col.as_string::<i64>().iter().map(&mut one).collect(),
-                _ => col.as_string_view().iter().map(&mut one).collect(),
+                Utf8 => col.as_string::<i32>().iter().map(one).collect(),
+                LargeUtf8 => col.as_string::<i64>().iter().map(one).collect(),
+                _ => col.as_string_view().iter().map(one).collect(),
             }
         }
         _ => {
@@ -531,6 +502,47 @@ mod tests {
         let cols: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from(vec![Some(1), None, Some(-7)])),
             Arc::new(Int32Array::from(vec![Some(1), Some(2), None])),
+            Arc::new(Int16Array::from(vec![Some(i16::MIN), None, Some(-1)])),
+            Arc::new(Int8Array::from(vec![Some(i8::MIN), Some(0), Some(i8::MAX)])),
+            Arc::new(UInt64Array::from(vec![Some(u64::MAX), None, Some(3)])),
+            Arc::new(UInt32Array::from(vec![Some(u32::MAX), Some(0), None])),
+            Arc::new(UInt16Array::from(vec![Some(u16::MAX), None, Some(1)])),
+            Arc::new(UInt8Array::from(vec![Some(u8::MAX), Some(7), None])),
+            Arc::new(Int64Array::from(vec![i64::MIN, i64::MAX, 0])),
+            Arc::new(
+                Decimal128Array::from(vec![
+                    Some(i128::MAX),
+                    Some(-10_000_000_000_000_000_000_000),
+                    None,
+                ])
+                .with_precision_and_scale(38, 10)
+                .unwrap(),
+            ),
+            Arc::new(
+                Decimal64Array::from(vec![Some(-1200), Some(i64::MIN), None])
+                    .with_precision_and_scale(18, 3)
+                    .unwrap(),
+            ),
+            Arc::new(
+                Decimal32Array::from(vec![Some(100), None, Some(-7)])
+                    .with_precision_and_scale(9, 2)
+                    .unwrap(),
+            ),
+            Arc::new(TimestampSecondArray::from(vec![
+                Some(i64::MIN),
+                None,
+                Some(i64::MAX),
+            ])),
+            Arc::new(TimestampMillisecondArray::from(vec![
+                Some(-1),
+                Some(1),
+                None,
+            ])),
+            Arc::new(TimestampNanosecondArray::from(vec![
+                Some(i64::MIN),
+                Some(7),
+                None,
+            ])),
             Arc::new(Date32Array::from(vec![Some(20000), None, Some(-3)])),
             Arc::new(
                 Decimal128Array::from(vec![Some(1250), Some(0), None])

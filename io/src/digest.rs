@@ -83,15 +83,8 @@ pub fn digest_batch(batch: &RecordBatch) -> DigestState {
         .enumerate()
         .map(|(j, col)| column_hashes(col.as_ref(), j as u64))
         .collect();
-    let mut row_buf = Vec::with_capacity(per_column.len() * 8);
-    let mut sum = 0u128;
-    for r in 0..rows {
-        row_buf.clear();
-        for col in &per_column {
-            row_buf.extend_from_slice(&col[r].to_le_bytes());
-        }
-        sum = sum.wrapping_add(xxh3_128(&row_buf));
-    }
+    let columns: Vec<&[u64]> = per_column.iter().map(|c| c.as_slice()).collect();
+    let sum = crate::xxh3::sum_row_hashes(&columns, rows);
     DigestState {
         rows: rows as u64,
         sum,

@@ -14,5 +14,6 @@ pub mod log;
 pub mod manifest;
 pub mod store;
 pub mod writer;
+mod xxh3;
 
 pub use error::{Error, Result};
