@@ -12,6 +12,21 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     f.sync_all().map_err(Error::io("fsync directory", dir))
 }
 
+/// fsyncs every file directly in `dir`, then `dir` itself: a staged partition made
+/// durable before it is published.
+pub fn sync_files_and_dir(dir: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(Error::io("list", dir))?;
+    for entry in entries {
+        let path = entry.map_err(Error::io("list", dir))?.path();
+        if path.is_file() {
+            File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(Error::io("fsync", &path))?;
+        }
+    }
+    sync_dir(dir)
+}
+
 /// Creates `dir` and any missing parents, fsyncing each parent whose entries changed.
 pub fn create_dir_all(dir: &Path) -> Result<()> {
     if dir.is_dir() {

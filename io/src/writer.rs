@@ -52,7 +52,8 @@ impl Default for WriterOptions {
     }
 }
 
-/// A partition fully written to its staging directory, footers included and fsynced.
+/// A partition fully written to its staging directory, footers included (not yet
+/// fsynced: see [`PartitionWriter::finish`]).
 #[derive(Debug)]
 pub struct WrittenPartition {
     pub partition: PartitionPath,
@@ -148,12 +149,6 @@ impl SpillFile {
 
     fn release(&mut self) {
         self.file = None;
-    }
-
-    fn sync(mut self) -> Result<()> {
-        let path = self.path.clone();
-        let f = self.handle().map_err(Error::io("open", &path))?;
-        f.sync_all().map_err(Error::io("fsync", &path))
     }
 }
 
@@ -461,8 +456,10 @@ impl PartitionWriter {
         Ok(())
     }
 
-    /// Completes the partition: writes every footer with the manifest, fsyncs the files
-    /// and the directory. A partition with no rows becomes one zero-row file.
+    /// Completes the partition: writes every footer with the manifest. A partition with
+    /// no rows becomes one zero-row file. Nothing is fsynced yet: the backend makes the
+    /// files durable when it publishes them, so a partition found unchanged (most
+    /// re-runs) is discarded without waiting for the disk.
     pub fn finish(mut self, run: &RunInfo, schema: Vec<ColumnEntry>) -> Result<WrittenPartition> {
         self.flush_row_group()?;
         if let Some((file, _)) = self.current.take() {
@@ -512,11 +509,9 @@ impl PartitionWriter {
                     "ARROW:schema".into(),
                     arrow_schema.clone(),
                 ));
-                let spill = f.writer.into_inner().map_err(err)?;
-                crate::failpoint::hit("after_footers")?;
-                spill.sync()
+                f.writer.into_inner().map_err(err)?;
+                crate::failpoint::hit("after_footers")
             })?;
-        durable::sync_dir(&self.dir)?;
         Ok(WrittenPartition {
             partition: self.partition,
             dir: self.dir,

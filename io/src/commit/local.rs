@@ -3,7 +3,8 @@
 //! A partition is visible iff its directory under the table root is live; staged files
 //! live under `<parent>/_idem/<table>/staging/<run>/`, outside the table root, so no
 //! reader that lists or globs the table ever sees them. A partition is written complete
-//! into staging, fsynced, then swapped with the live directory in one
+//! into staging, fsynced when it is published (one found unchanged is discarded
+//! unsynced), then swapped with the live directory in one
 //! `renameat2(RENAME_EXCHANGE)` (or moved in with `RENAME_NOREPLACE` when new), and the
 //! parent is fsynced. A crash between any two steps leaves the old partition or the
 //! new one live, never a mix; what a dead run staged is left in its staging directory.
@@ -445,6 +446,8 @@ impl CommitBackend for LocalTable {
     fn publish(&self, part: Checked) -> Result<Published> {
         let written = part.0;
         let live = self.partition_dir(&written.partition);
+        // The staged files become durable only now that they are to be published.
+        durable::sync_files_and_dir(&written.dir)?;
         let mode = self.swap(&written.dir, &live)?;
         Ok(Published {
             partition: written.partition,
