@@ -19,9 +19,12 @@ use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
 use futures::StreamExt;
 use idem_io::commit::{Checked, CommitBackend, PublishMode};
+use idem_io::digest::DigestState;
 use idem_io::failpoint;
 use idem_io::hive::PartitionPath;
-use idem_io::manifest::{ColumnEntry, InputFile, LiveState, RunInfo, describe_schema};
+use idem_io::manifest::{
+    ColumnEntry, InputFile, LiveState, RunInfo, describe_schema, schema_fingerprint,
+};
 use idem_io::writer::{KeptFile, PartitionWriter, WriterOptions, WrittenPartition};
 use serde::Serialize;
 
@@ -404,6 +407,19 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
             merge: None,
         });
     }
+    if may_confirm_unchanged(job)
+        && let Ok(Some(fresh)) = crate::freshness::fresh_partitions(job, opts)
+    {
+        match confirm_unchanged(job, opts, &fresh, Arc::clone(&observer)).await {
+            Ok(Some(mut report)) => {
+                report.elapsed_ms = started.elapsed().as_millis() as u64;
+                return Ok(report);
+            }
+            Ok(None) => tracing::info!("the output differs from the live partitions; writing"),
+            // The run proper reports the error, with its diagnosis.
+            Err(e) => tracing::info!(error = %e, "could not compare the output; writing"),
+        }
+    }
     // A merge into a table without a writer lock (an object store) publishes each
     // partition only against the version it read; when another writer got there
     // first, the merge is computed again on top of it.
@@ -427,6 +443,126 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
     }
 }
 
+/// Whether a run may first be computed without staging (see [`confirm_unchanged`]):
+/// not for a merge (it rewrites what it reads), a job that allows nondeterministic
+/// functions (its rows differ every run), or a job with checks (they run on staged
+/// files, every run).
+fn may_confirm_unchanged(job: &Job) -> bool {
+    job.target.mode == Mode::ReplacePartitions
+        && !job.allow_nondeterministic
+        && job.checks.is_empty()
+}
+
+/// A re-run of a date whose live partitions were all written by this job from inputs
+/// that have not changed since (what `--skip-fresh` trusts without reading anything)
+/// is computed once without staging: the output is routed and digested, and when
+/// every partition's digest and schema equal the live one's, the run is `unchanged`
+/// without encoding, staging or fsyncing a byte. Same rows, same verdict as the run
+/// proper, at the cost of the query and the digest. `None` when any partition differs
+/// (an order-dependent query, say), or the output has a partition the window did not:
+/// the run then goes the normal way.
+async fn confirm_unchanged(
+    job: &Job,
+    opts: &RunOptions,
+    fresh: &[PartitionReport],
+    observer: Arc<dyn Observer>,
+) -> Result<Option<RunReport>> {
+    let started = Instant::now();
+    let planned = plan(job, opts).await?;
+    observer.phase("verifying");
+    let Planned {
+        job,
+        window,
+        ctx,
+        df,
+        output,
+        ..
+    } = planned;
+    let plan = df
+        .create_physical_plan()
+        .await
+        .map_err(|e| Error::Execution {
+            path: job.path.clone(),
+            message: e.to_string(),
+        })?;
+    let (table, run_id, _lock) = begin_run(&job)?;
+    let root = table.location();
+    let inputs = crate::session::inputs_of(&plan, &job)
+        .into_iter()
+        .filter(|f| !f.path.starts_with(&root))
+        .count();
+    let schema = schema_fingerprint(&describe_schema(&output, &job.target.partition_by));
+    let router = Arc::new(Router::new(&output, &job.target.partition_by));
+    let digests = drive(
+        &job,
+        &ctx,
+        plan,
+        router,
+        observer.as_ref(),
+        |rx, rows_seen| {
+            let mut digests: BTreeMap<PartitionPath, DigestState> = BTreeMap::new();
+            while let Some((p, batch)) = rx.blocking_recv() {
+                digests.entry(p).or_default().update(&batch);
+                rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+            }
+            Ok(digests)
+        },
+    )
+    .await?;
+    if let Err(e) = table.cleanup_run(&run_id) {
+        tracing::warn!(error = %e, "could not remove this run's staging directory");
+    }
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
+    };
+    let mut partitions = Vec::with_capacity(fresh.len());
+    let mut seen = 0;
+    for f in fresh {
+        let p = match PartitionPath::parse(&f.partition) {
+            Ok(p) if p.to_string() == f.partition => p,
+            _ => return Ok(None),
+        };
+        // An owned partition the output has no rows for is written with none.
+        let digest = digests.get(&p).copied().unwrap_or_default();
+        seen += usize::from(digests.contains_key(&p));
+        let same = matches!(
+            table.live_state(&p).map_err(storage)?,
+            Some(LiveState::Managed(m))
+                if m.digest == digest.finish() && m.schema_fingerprint == schema
+        );
+        if !same {
+            return Ok(None);
+        }
+        partitions.push(PartitionReport {
+            action: Action::Unchanged,
+            ..f.clone()
+        });
+    }
+    if seen != digests.len() {
+        return Ok(None);
+    }
+    tracing::info!(
+        partitions = partitions.len(),
+        ms = started.elapsed().as_millis() as u64,
+        "the output equals the live partitions; nothing staged"
+    );
+    Ok(Some(RunReport {
+        job: job.name.clone(),
+        job_file: job.path.display().to_string(),
+        table: job.target.path.display().to_string(),
+        logical_date: window.label(),
+        run_id,
+        rows: partitions.iter().map(|p| p.rows).sum(),
+        bytes: partitions.iter().map(|p| p.bytes).sum(),
+        inputs,
+        partitions,
+        elapsed_ms: 0,
+        warnings: Vec::new(),
+        merge: None,
+    }))
+}
+
 /// How often a merge is computed again after losing a commit to another writer.
 const MERGE_ATTEMPTS: u32 = 8;
 
@@ -446,6 +582,27 @@ fn new_run_id() -> String {
         std::process::id(),
         h.finish() & 0xffff_ffff_ffff
     )
+}
+
+/// Keeps a run marked live until dropped.
+type RunGuard = Box<dyn std::any::Any + Send>;
+
+/// Opens the target table for a run: checks it can be written, marks the run live
+/// (the guard) and removes what dead runs left. Returns the table and the run's id.
+fn begin_run(job: &Job) -> Result<(Arc<dyn CommitBackend>, String, RunGuard)> {
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
+    };
+    let table = crate::table::open(job)?;
+    table.prepare().map_err(storage)?;
+    let run_id = new_run_id();
+    let lock = table.lock_run(&run_id).map_err(storage)?;
+    let cleaned = table.clean_dead_runs().map_err(storage)?;
+    if !cleaned.is_empty() {
+        tracing::info!(runs = ?cleaned, "removed what dead runs left in staging");
+    }
+    Ok((table, run_id, lock))
 }
 
 /// Executes a planned run.
@@ -470,14 +627,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     };
 
     observer.phase("planning");
-    let table = crate::table::open(&job)?;
-    table.prepare().map_err(storage)?;
-    let run_id = new_run_id();
-    let _lock = table.lock_run(&run_id).map_err(storage)?;
-    let cleaned = table.clean_dead_runs().map_err(storage)?;
-    if !cleaned.is_empty() {
-        tracing::info!(runs = ?cleaned, "removed what dead runs left in staging");
-    }
+    let (table, run_id, _lock) = begin_run(&job)?;
     // A merge reads the table under the table's write lock and rewrites what it affects.
     let mut merge_inputs = None;
     let mut merge_stats = None;
@@ -660,15 +810,60 @@ async fn stage(
     observer.phase("writing");
     let router = Arc::new(Router::new(output, &job.target.partition_by));
     let data_schema = Arc::clone(router.data_schema());
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(PartitionPath, RecordBatch)>(8);
-
     let table2 = Arc::clone(table);
     let run_id2 = run_id.to_string();
     let opts = job.target.writer.clone();
     let kept = Arc::clone(kept);
+    drive(job, ctx, plan, router, observer, move |rx, rows_seen| {
+        let mut writers: Writers = BTreeMap::new();
+        while let Some((p, batch)) = rx.blocking_recv() {
+            let w = match writers.get_mut(&p) {
+                Some(w) => w,
+                None => {
+                    let w = new_writer(table2.as_ref(), &run_id2, &p, &data_schema, &opts, &kept)?;
+                    writers.entry(p.clone()).or_insert(w)
+                }
+            };
+            w.write(&batch).map_err(|source| Error::Write {
+                target: table2.location().into(),
+                partition: p.to_string(),
+                source,
+            })?;
+            if rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed) == 0 {
+                failpoint::hit("after_first_batch").map_err(|source| Error::Storage {
+                    target: table2.location().into(),
+                    source,
+                })?;
+            }
+            enforce_budget(&mut writers).map_err(|source| Error::Storage {
+                target: table2.location().into(),
+                source,
+            })?;
+        }
+        Ok(writers)
+    })
+    .await
+}
+
+/// Batches of one partition's data columns, from the plan to the consuming thread.
+type Routed = tokio::sync::mpsc::Receiver<(PartitionPath, RecordBatch)>;
+
+/// Executes `plan`, routes its batches to their partitions and hands them to `consume`
+/// on a thread of its own (it encodes or digests on rayon), which counts the rows it
+/// has taken in the counter it is given. Returns what `consume` returns, or the first
+/// execution error.
+async fn drive<T: Send + 'static>(
+    job: &Job,
+    ctx: &SessionContext,
+    plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    router: Arc<Router>,
+    observer: &dyn Observer,
+    consume: impl FnOnce(&mut Routed, &AtomicU64) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(PartitionPath, RecordBatch)>(8);
     let rows_done = Arc::new(AtomicU64::new(0));
     let rows_seen = Arc::clone(&rows_done);
-    // Open every output stream before the writer starts, so a failure here leaves
+    // Open every output stream before the consumer starts, so a failure here leaves
     // nothing running that could still stage files.
     let task_ctx = ctx.task_ctx();
     let partitions = plan.properties().output_partitioning().partition_count();
@@ -679,37 +874,9 @@ async fn stage(
             path: job.path.clone(),
             message: e.to_string(),
         })?;
-    let writer_thread = std::thread::Builder::new()
+    let consumer = std::thread::Builder::new()
         .name("idem-writer".into())
-        .spawn(move || -> Result<Writers> {
-            let mut writers: Writers = BTreeMap::new();
-            while let Some((p, batch)) = rx.blocking_recv() {
-                let w = match writers.get_mut(&p) {
-                    Some(w) => w,
-                    None => {
-                        let w =
-                            new_writer(table2.as_ref(), &run_id2, &p, &data_schema, &opts, &kept)?;
-                        writers.entry(p.clone()).or_insert(w)
-                    }
-                };
-                w.write(&batch).map_err(|source| Error::Write {
-                    target: table2.location().into(),
-                    partition: p.to_string(),
-                    source,
-                })?;
-                if rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed) == 0 {
-                    failpoint::hit("after_first_batch").map_err(|source| Error::Storage {
-                        target: table2.location().into(),
-                        source,
-                    })?;
-                }
-                enforce_budget(&mut writers).map_err(|source| Error::Storage {
-                    target: table2.location().into(),
-                    source,
-                })?;
-            }
-            Ok(writers)
-        })
+        .spawn(move || consume(&mut rx, &rows_seen))
         .expect("spawn writer thread");
 
     let mut producers = tokio::task::JoinSet::new();
@@ -721,7 +888,7 @@ async fn stage(
                 let batch = batch?;
                 for part in router.split(&batch)? {
                     if tx.send(part).await.is_err() {
-                        // The writer stopped; its own error is reported below.
+                        // The consumer stopped; its own error is reported below.
                         return Ok(());
                     }
                 }
@@ -749,7 +916,7 @@ async fn stage(
             _ = ticker.tick() => observer.rows(rows_done.load(Ordering::Relaxed)),
         }
     }
-    let written = tokio::task::spawn_blocking(move || writer_thread.join())
+    let consumed = tokio::task::spawn_blocking(move || consumer.join())
         .await
         .expect("join writer")
         .unwrap_or_else(|p| std::panic::resume_unwind(p));
@@ -760,7 +927,7 @@ async fn stage(
             message: e.to_string(),
         });
     }
-    written
+    consumed
 }
 
 /// Per partition, the live files a merge carries over and its new manifest generation.

@@ -220,6 +220,9 @@ fn a_live_run_is_never_cleaned_up() {
     let lake = Lake::new();
     let job = lake.job("crashy", &job_text());
     run(&lake, &job);
+    // New source rows, so the run stages (a re-run of unchanged inputs stages nothing).
+    let sources = Sources::new(&lake);
+    sources.switch(&lake, true);
     let hooks = tempfile::tempdir().unwrap();
     let mut paused = Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(["run", &job, "--date", "2026-06"])

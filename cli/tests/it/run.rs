@@ -458,3 +458,70 @@ fn a_stray_file_in_a_partition_is_replaced_by_the_next_run() {
         lake.join("lake/analytics/fct_orders").to_str().unwrap(),
     ]);
 }
+
+/// A re-run whose job and inputs are as recorded is confirmed from the query and the
+/// digest alone: nothing is staged (a failpoint armed in the writer never fires) and
+/// the partition is untouched. Once its source day changes, the date is staged as
+/// usual (the failpoint fires, the live partition survives), then written.
+#[test]
+fn a_rerun_of_unchanged_inputs_stages_nothing() {
+    let lake = Lake::new();
+    backfill(&lake);
+    let table = lake.join("lake/analytics/fct_orders");
+    let before = snapshot(&table);
+    let args = ["run", FCT, "--date", "2026-06-03", "--json"];
+    let armed = [("IDEM_FAILPOINTS", "after_first_batch=error")];
+
+    let out = idem_in(lake.path(), &args, &armed);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json_lines(&out);
+    assert_eq!(
+        actions(&report),
+        vec![("dt=2026-06-03".to_string(), "unchanged".to_string())]
+    );
+    assert!(report[0]["rows"].as_u64().unwrap() > 0, "{report:?}");
+    assert_eq!(before, snapshot(&table), "the re-run touched the table");
+
+    let spec = idem_testdata::OrdersSpec {
+        seed: 7,
+        ..Default::default()
+    };
+    idem_testdata::write_orders_day(&lake.join("testdata/lake/raw/orders"), &spec, 2).unwrap();
+    let out = idem_in(lake.path(), &args, &armed);
+    assert!(!out.status.success(), "the changed day was not staged");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("after_first_batch"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(before, snapshot(&table), "a failed run touched the table");
+    assert_eq!(
+        actions(&lake.idem_ok(&args)),
+        vec![("dt=2026-06-03".to_string(), "written".to_string())]
+    );
+}
+
+/// Checks run on staged files, so a job with checks stages its re-runs too.
+#[test]
+fn a_job_with_checks_stages_and_checks_every_run() {
+    let lake = Lake::new();
+    let text = std::fs::read_to_string(lake.join(FCT)).unwrap()
+        + "\n[checks]\nnot_null = [\"order_id\"]\n";
+    let job = lake.job("fct_checked", &text);
+    let args = ["run", job.as_str(), "--date", "2026-06-03", "--json"];
+    lake.idem_ok(&args);
+    let out = idem_in(
+        lake.path(),
+        &args,
+        &[("IDEM_FAILPOINTS", "after_first_batch=error")],
+    );
+    assert!(!out.status.success(), "the re-run was not staged");
+    assert_eq!(
+        actions(&lake.idem_ok(&args)),
+        vec![("dt=2026-06-03".to_string(), "unchanged".to_string())]
+    );
+}
