@@ -18,4 +18,5 @@ PEERS=$(mktemp -d)
 trap 'rm -rf "$PEERS"' EXIT
 for d in "$BENCH"/peers/*; do ln -s "$d" "$PEERS/"; done
 ln -s "$ROOT/benches/peers/idem" "$PEERS/idem"
+ln -s "$ROOT/benches/peers/idem-write" "$PEERS/idem-write"
 IDEM_BIN="$ROOT/target/release/idem" "$VENV/bin/python" "$BENCH/run_peers.py" --peers "$PEERS" "$@"
