@@ -112,6 +112,33 @@ pub struct RunReport {
     pub merge: Option<crate::merge::MergeStats>,
 }
 
+impl RunReport {
+    /// The report of a run of `job` over `window` that left `partitions` as listed, with
+    /// their totals; no elapsed time, warnings or merge figures yet.
+    fn of(
+        job: &Job,
+        window: &Window,
+        run_id: String,
+        inputs: usize,
+        partitions: Vec<PartitionReport>,
+    ) -> RunReport {
+        RunReport {
+            job: job.name.clone(),
+            job_file: job.path.display().to_string(),
+            table: job.target.path.display().to_string(),
+            logical_date: window.label(),
+            run_id,
+            rows: partitions.iter().map(|p| p.rows).sum(),
+            bytes: partitions.iter().map(|p| p.bytes).sum(),
+            inputs,
+            partitions,
+            elapsed_ms: 0,
+            warnings: Vec::new(),
+            merge: None,
+        }
+    }
+}
+
 /// Receives progress while a run executes (the CLI draws it).
 pub trait Observer: Send + Sync {
     fn phase(&self, _phase: &str) {}
@@ -393,18 +420,8 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
     {
         let window = Window::parse(job.target.grain, &opts.date)?.with_lookback(job.lookback);
         return Ok(RunReport {
-            job: job.name.clone(),
-            job_file: job.path.display().to_string(),
-            table: job.target.path.display().to_string(),
-            logical_date: window.label(),
-            run_id: String::new(),
-            rows: fresh.iter().map(|p| p.rows).sum(),
-            bytes: fresh.iter().map(|p| p.bytes).sum(),
-            inputs: 0,
-            partitions: fresh,
             elapsed_ms: started.elapsed().as_millis() as u64,
-            warnings: Vec::new(),
-            merge: None,
+            ..RunReport::of(job, &window, String::new(), 0, fresh)
         });
     }
     if may_confirm_unchanged(job)
@@ -547,20 +564,9 @@ async fn confirm_unchanged(
         ms = started.elapsed().as_millis() as u64,
         "the output equals the live partitions; nothing staged"
     );
-    Ok(Some(RunReport {
-        job: job.name.clone(),
-        job_file: job.path.display().to_string(),
-        table: job.target.path.display().to_string(),
-        logical_date: window.label(),
-        run_id,
-        rows: partitions.iter().map(|p| p.rows).sum(),
-        bytes: partitions.iter().map(|p| p.bytes).sum(),
-        inputs,
-        partitions,
-        elapsed_ms: 0,
-        warnings: Vec::new(),
-        merge: None,
-    }))
+    Ok(Some(RunReport::of(
+        &job, &window, run_id, inputs, partitions,
+    )))
 }
 
 /// How often a merge is computed again after losing a commit to another writer.
@@ -778,18 +784,10 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     let (partitions, warnings) = result?;
 
     Ok(RunReport {
-        job: job.name.clone(),
-        job_file: job.path.display().to_string(),
-        table: job.target.path.display().to_string(),
-        logical_date: window.label(),
-        run_id,
-        rows: partitions.iter().map(|p| p.rows).sum(),
-        bytes: partitions.iter().map(|p| p.bytes).sum(),
-        inputs,
-        partitions,
         elapsed_ms: started.elapsed().as_millis() as u64,
         warnings,
         merge: merge_stats,
+        ..RunReport::of(&job, &window, run_id, inputs, partitions)
     })
 }
 
