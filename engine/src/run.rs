@@ -473,11 +473,12 @@ fn may_confirm_unchanged(job: &Job) -> bool {
 /// A re-run of a date whose live partitions were all written by this job from inputs
 /// that have not changed since (what `--skip-fresh` trusts without reading anything)
 /// is computed once without staging: the output is routed and digested, and when
-/// every partition's digest and schema equal the live one's, the run is `unchanged`
-/// without encoding, staging or fsyncing a byte. Same rows, same verdict as the run
-/// proper, at the cost of the query and the digest. `None` when any partition differs
-/// (an order-dependent query, say), or the output has a partition the window did not:
-/// the run then goes the normal way.
+/// every partition the run owns is live, fresh and equal to the output (digest and
+/// schema; no rows counts as empty), the run is `unchanged` without encoding, staging
+/// or fsyncing a byte. Same rows, same verdict as the run proper, at the cost of the
+/// query and the digest. `None` when any partition differs (an order-dependent query,
+/// say), an owned one is missing, or the output has rows outside the owned ones: the
+/// run then goes the normal way.
 async fn confirm_unchanged(
     job: &Job,
     opts: &RunOptions,
@@ -493,6 +494,7 @@ async fn confirm_unchanged(
         ctx,
         df,
         output,
+        time,
         ..
     } = planned;
     let plan = df
@@ -533,31 +535,47 @@ async fn confirm_unchanged(
         target: job.target.path.clone(),
         source,
     };
-    let mut partitions = Vec::with_capacity(fresh.len());
-    let mut seen = 0;
-    for f in fresh {
-        let p = match PartitionPath::parse(&f.partition) {
-            Ok(p) if p.to_string() == f.partition => p,
-            _ => return Ok(None),
-        };
+    // What the full run would replace: every partition the window owns (the live ones,
+    // and the window's own, created empty when missing), taken after the dead-run
+    // cleanup as the full run takes it. Output outside them is the full run's to warn
+    // about.
+    let owned = owned_partitions(&job, table.as_ref(), &window, time.as_ref()).map_err(storage)?;
+    if owned.is_empty() || digests.keys().any(|p| owned.binary_search(p).is_err()) {
+        return Ok(None);
+    }
+    let mut partitions = Vec::with_capacity(owned.len());
+    for p in owned {
         // An owned partition the output has no rows for is written with none.
         let digest = digests.get(&p).copied().unwrap_or_default();
-        seen += usize::from(digests.contains_key(&p));
-        let same = matches!(
-            table.live_state(&p).map_err(storage)?,
-            Some(LiveState::Managed(m))
-                if m.digest == digest.finish() && m.schema_fingerprint == schema
-        );
-        if !same {
+        let Some(LiveState::Managed(m)) = table.live_state(&p).map_err(storage)? else {
+            return Ok(None);
+        };
+        let fresh = fresh.iter().any(|f| f.partition == p.to_string());
+        if !fresh || m.digest != digest.finish() || m.schema_fingerprint != schema {
             return Ok(None);
         }
+        let bytes = match table.as_local() {
+            Some(local) => {
+                let dir = local.partition_dir(&p);
+                m.files
+                    .iter()
+                    .map(|f| {
+                        std::fs::metadata(dir.join(&f.name)).map_or(f.data_bytes, |md| md.len())
+                    })
+                    .sum()
+            }
+            None => m.data_bytes,
+        };
         partitions.push(PartitionReport {
+            partition: p.to_string(),
             action: Action::Unchanged,
-            ..f.clone()
+            rows: m.rows,
+            bytes,
+            files: m.files.len(),
+            digest: m.digest,
+            publish: None,
+            ms: 0,
         });
-    }
-    if seen != digests.len() {
-        return Ok(None);
     }
     tracing::info!(
         partitions = partitions.len(),

@@ -384,3 +384,59 @@ partition_by = ["dt"]
     ]);
     assert_eq!(rows, expected);
 }
+
+/// A run whose lookback reaches a partition already written from unchanged inputs
+/// still creates its own day, empty when the source has no rows for it: every
+/// partition the window owns is replaced, however the run finds the others unchanged.
+#[test]
+fn a_new_day_with_a_fresh_lookback_day_is_created_empty() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "lookback_1",
+        r#"
+name = "lookback_1"
+lookback = 1
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = """
+select order_id, amount_usd, cast(created_at as date) as dt
+from orders
+where created_date >= cast($run_start as date) and created_date < cast($run_end as date)
+"""
+[target]
+path = "out/lookback_1"
+partition_by = ["dt"]
+"#,
+    );
+    lake.idem_ok(&["run", &job, "--date", "2026-06-07", "--json"]);
+    // The source has no 2026-06-08 yet; 2026-06-07 is as it was read.
+    let report = lake.idem_ok(&["run", &job, "--date", "2026-06-08", "--json"]);
+    assert_eq!(
+        actions(&report),
+        vec![
+            ("dt=2026-06-07".to_string(), "unchanged".to_string()),
+            ("dt=2026-06-08".to_string(), "emptied".to_string()),
+        ]
+    );
+    assert!(lake.join("out/lookback_1/dt=2026-06-08").is_dir());
+    // Now every owned partition is live and fresh: the re-run stages nothing.
+    let out = idem_in(
+        lake.path(),
+        &["run", &job, "--date", "2026-06-08", "--json"],
+        &[("IDEM_FAILPOINTS", "after_first_batch=error")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        actions(&json_lines(&out)),
+        vec![
+            ("dt=2026-06-07".to_string(), "unchanged".to_string()),
+            ("dt=2026-06-08".to_string(), "unchanged".to_string()),
+        ]
+    );
+}
