@@ -505,78 +505,97 @@ async fn confirm_unchanged(
             message: e.to_string(),
         })?;
     let (table, run_id, _lock) = begin_run(&job)?;
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
+    };
     let root = table.location();
     let inputs = crate::session::inputs_of(&plan, &job)
         .into_iter()
         .filter(|f| !f.path.starts_with(&root))
         .count();
-    let schema = schema_fingerprint(&describe_schema(&output, &job.target.partition_by));
-    let router = Arc::new(Router::new(&output, &job.target.partition_by));
-    let digests = drive(
-        &job,
-        &ctx,
-        plan,
-        router,
-        observer.as_ref(),
-        |rx, rows_seen| {
-            let mut digests: BTreeMap<PartitionPath, DigestState> = BTreeMap::new();
-            while let Some((p, batch)) = rx.blocking_recv() {
-                digests.entry(p).or_default().update(&batch);
-                rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+    let compared = async {
+        // What the full run would replace: every partition the window owns (the live
+        // ones, and the window's own, created empty when missing), taken after the
+        // dead-run cleanup as the full run takes it. Unless each is live and fresh, the
+        // full run has something to write whatever the output: no query here.
+        let owned =
+            owned_partitions(&job, table.as_ref(), &window, time.as_ref()).map_err(storage)?;
+        let mut live = Vec::with_capacity(owned.len());
+        for p in &owned {
+            match table.live_state(p).map_err(storage)? {
+                Some(LiveState::Managed(m))
+                    if fresh.iter().any(|f| f.partition == p.to_string()) =>
+                {
+                    live.push(m)
+                }
+                _ => return Ok(None),
             }
-            Ok(digests)
-        },
-    )
-    .await?;
+        }
+        if owned.is_empty() {
+            return Ok(None);
+        }
+        let schema = schema_fingerprint(&describe_schema(&output, &job.target.partition_by));
+        let router = Arc::new(Router::new(&output, &job.target.partition_by));
+        let digests = drive(
+            &job,
+            &ctx,
+            plan,
+            router,
+            observer.as_ref(),
+            |rx, rows_seen| {
+                let mut digests: BTreeMap<PartitionPath, DigestState> = BTreeMap::new();
+                while let Some((p, batch)) = rx.blocking_recv() {
+                    digests.entry(p).or_default().update(&batch);
+                    rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                }
+                Ok(digests)
+            },
+        )
+        .await?;
+        // Rows outside the owned partitions are the full run's to warn about.
+        if digests.keys().any(|p| owned.binary_search(p).is_err()) {
+            return Ok(None);
+        }
+        let mut partitions = Vec::with_capacity(owned.len());
+        for (p, m) in owned.into_iter().zip(live) {
+            // An owned partition the output has no rows for is written with none.
+            let digest = digests.get(&p).copied().unwrap_or_default();
+            if m.digest != digest.finish() || m.schema_fingerprint != schema {
+                return Ok(None);
+            }
+            let bytes = match table.as_local() {
+                Some(local) => {
+                    let dir = local.partition_dir(&p);
+                    m.files
+                        .iter()
+                        .map(|f| {
+                            std::fs::metadata(dir.join(&f.name)).map_or(f.data_bytes, |md| md.len())
+                        })
+                        .sum()
+                }
+                None => m.data_bytes,
+            };
+            partitions.push(PartitionReport {
+                partition: p.to_string(),
+                action: Action::Unchanged,
+                rows: m.rows,
+                bytes,
+                files: m.files.len(),
+                digest: m.digest,
+                publish: None,
+                ms: 0,
+            });
+        }
+        Ok::<_, Error>(Some(partitions))
+    }
+    .await;
     if let Err(e) = table.cleanup_run(&run_id) {
         tracing::warn!(error = %e, "could not remove this run's staging directory");
     }
-    let storage = |source| Error::Storage {
-        target: job.target.path.clone(),
-        source,
-    };
-    // What the full run would replace: every partition the window owns (the live ones,
-    // and the window's own, created empty when missing), taken after the dead-run
-    // cleanup as the full run takes it. Output outside them is the full run's to warn
-    // about.
-    let owned = owned_partitions(&job, table.as_ref(), &window, time.as_ref()).map_err(storage)?;
-    if owned.is_empty() || digests.keys().any(|p| owned.binary_search(p).is_err()) {
+    let Some(partitions) = compared? else {
         return Ok(None);
-    }
-    let mut partitions = Vec::with_capacity(owned.len());
-    for p in owned {
-        // An owned partition the output has no rows for is written with none.
-        let digest = digests.get(&p).copied().unwrap_or_default();
-        let Some(LiveState::Managed(m)) = table.live_state(&p).map_err(storage)? else {
-            return Ok(None);
-        };
-        let fresh = fresh.iter().any(|f| f.partition == p.to_string());
-        if !fresh || m.digest != digest.finish() || m.schema_fingerprint != schema {
-            return Ok(None);
-        }
-        let bytes = match table.as_local() {
-            Some(local) => {
-                let dir = local.partition_dir(&p);
-                m.files
-                    .iter()
-                    .map(|f| {
-                        std::fs::metadata(dir.join(&f.name)).map_or(f.data_bytes, |md| md.len())
-                    })
-                    .sum()
-            }
-            None => m.data_bytes,
-        };
-        partitions.push(PartitionReport {
-            partition: p.to_string(),
-            action: Action::Unchanged,
-            rows: m.rows,
-            bytes,
-            files: m.files.len(),
-            digest: m.digest,
-            publish: None,
-            ms: 0,
-        });
-    }
+    };
     tracing::info!(
         partitions = partitions.len(),
         ms = started.elapsed().as_millis() as u64,
