@@ -293,10 +293,9 @@ partition_by = ["dt"]
     assert_eq!(digests.len(), 7);
 }
 
-#[test]
-fn a_late_row_lands_in_the_previous_days_partition_with_lookback_1() {
-    let lake = Lake::new();
-    let job = lake.job(
+/// A daily job by event day that also owns the day before (`lookback = 1`).
+fn by_event_day(lake: &Lake) -> String {
+    lake.job(
         "by_event_day",
         r#"
 name = "by_event_day"
@@ -314,7 +313,13 @@ where created_date >= cast($run_start as date) and created_date < cast($run_end 
 path = "out/by_event_day"
 partition_by = ["dt"]
 "#,
-    );
+    )
+}
+
+#[test]
+fn a_late_row_lands_in_the_previous_days_partition_with_lookback_1() {
+    let lake = Lake::new();
+    let job = by_event_day(&lake);
     lake.idem_ok(&[
         "backfill",
         &job,
@@ -391,25 +396,7 @@ partition_by = ["dt"]
 #[test]
 fn a_new_day_with_a_fresh_lookback_day_is_created_empty() {
     let lake = Lake::new();
-    let job = lake.job(
-        "lookback_1",
-        r#"
-name = "lookback_1"
-lookback = 1
-[sources.orders]
-path = "testdata/lake/raw/orders/"
-partitioned_by = [{ name = "created_date", type = "date" }]
-[transform]
-sql = """
-select order_id, amount_usd, cast(created_at as date) as dt
-from orders
-where created_date >= cast($run_start as date) and created_date < cast($run_end as date)
-"""
-[target]
-path = "out/lookback_1"
-partition_by = ["dt"]
-"#,
-    );
+    let job = by_event_day(&lake);
     lake.idem_ok(&["run", &job, "--date", "2026-06-07", "--json"]);
     // The source has no 2026-06-08 yet; 2026-06-07 is as it was read.
     let report = lake.idem_ok(&["run", &job, "--date", "2026-06-08", "--json"]);
@@ -420,7 +407,7 @@ partition_by = ["dt"]
             ("dt=2026-06-08".to_string(), "emptied".to_string()),
         ]
     );
-    assert!(lake.join("out/lookback_1/dt=2026-06-08").is_dir());
+    assert!(lake.join("out/by_event_day/dt=2026-06-08").is_dir());
     // Now every owned partition is live and fresh: the re-run stages nothing.
     let out = idem_in(
         lake.path(),
