@@ -521,6 +521,9 @@ async fn confirm_unchanged(
         // full run has something to write whatever the output: no query here.
         let owned =
             owned_partitions(&job, table.as_ref(), &window, time.as_ref()).map_err(storage)?;
+        if owned.is_empty() {
+            return Ok(None);
+        }
         let mut live = Vec::with_capacity(owned.len());
         for p in &owned {
             match table.live_state(p).map_err(storage)? {
@@ -531,9 +534,6 @@ async fn confirm_unchanged(
                 }
                 _ => return Ok(None),
             }
-        }
-        if owned.is_empty() {
-            return Ok(None);
         }
         let schema = schema_fingerprint(&describe_schema(&output, &job.target.partition_by));
         let router = Arc::new(Router::new(&output, &job.target.partition_by));
@@ -565,15 +565,7 @@ async fn confirm_unchanged(
                 return Ok(None);
             }
             let bytes = match table.as_local() {
-                Some(local) => {
-                    let dir = local.partition_dir(&p);
-                    m.files
-                        .iter()
-                        .map(|f| {
-                            std::fs::metadata(dir.join(&f.name)).map_or(f.data_bytes, |md| md.len())
-                        })
-                        .sum()
-                }
+                Some(local) => files_bytes(&local.partition_dir(&p), &m.files),
                 None => m.data_bytes,
             };
             partitions.push(PartitionReport {
@@ -1217,11 +1209,16 @@ fn publish_all(
 }
 
 fn staged_bytes(part: &WrittenPartition) -> u64 {
-    part.manifest
-        .files
+    files_bytes(&part.dir, &part.manifest.files)
+}
+
+/// The sizes of a partition's files in `dir`, footers included; a file that cannot be
+/// looked at counts its manifest's data bytes.
+fn files_bytes(dir: &std::path::Path, files: &[idem_io::manifest::FileEntry]) -> u64 {
+    files
         .iter()
         .map(|f| {
-            std::fs::metadata(part.dir.join(&f.name))
+            std::fs::metadata(dir.join(&f.name))
                 .map(|m| m.len())
                 .unwrap_or(f.data_bytes)
         })
