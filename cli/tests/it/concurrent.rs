@@ -2,7 +2,7 @@
 //! leave the table in the state of one complete run, never a mix.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::common::*;
 
@@ -13,22 +13,12 @@ fn digests(lake: &Lake) -> BTreeMap<String, String> {
 }
 
 fn spawn_all(lake: &Lake, dates: &[&str]) -> Vec<std::process::Output> {
-    let children: Vec<_> = dates
-        .iter()
-        .map(|d| {
-            Command::new(env!("CARGO_BIN_EXE_idem"))
-                .args(["run", FCT, "--date", d, "--json"])
-                .current_dir(lake.path())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    children
-        .into_iter()
-        .map(|c| c.wait_with_output().unwrap())
-        .collect()
+    all_at_once(dates.iter().map(|d| {
+        let mut run = Command::new(env!("CARGO_BIN_EXE_idem"));
+        run.args(["run", FCT, "--date", d, "--json"])
+            .current_dir(lake.path());
+        run
+    }))
 }
 
 #[test]
