@@ -258,11 +258,9 @@ impl PartitionWriter {
                     reason: format!("bad digest sum {sum:?}"),
                 })?;
             let to = self.dir.join(&f.entry.name);
+            // A copy is made durable with the partition's other files, at publish.
             if std::fs::hard_link(&f.path, &to).is_err() {
                 std::fs::copy(&f.path, &to).map_err(Error::io("copy", &f.path))?;
-                File::open(&to)
-                    .and_then(|h| h.sync_all())
-                    .map_err(Error::io("fsync", &to))?;
             }
             if let Some(index) = file_index(&f.entry.name) {
                 self.first_index = self.first_index.max(index + 1);
