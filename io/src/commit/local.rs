@@ -210,20 +210,11 @@ impl LocalTable {
         let dir = self.locks_dir();
         durable::create_dir_all(&dir)?;
         let path = dir.join(format!("{run_id}.lock"));
-        // A cleaner may take the lock between our create and flock, judge the run dead
-        // and unlink the file: hold the lock only on the file the path still names.
+        // A cleaner may lock the file first, judge the run dead and unlink the file:
+        // the run then holds its lock on a file the path no longer names, and retries.
         loop {
-            let file = std::fs::File::create(&path).map_err(Error::io("create", &path))?;
-            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-                .map_err(|e| Error::io("lock", &path)(e.into()))?;
-            let held = file.metadata().map_err(Error::io("stat", &path))?;
-            match std::fs::metadata(&path) {
-                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                    return Ok(RunLock { path, _file: file });
-                }
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io("stat", &path)(e)),
+            if let Some(file) = lock_file(&path, true)? {
+                return Ok(RunLock { path, _file: file });
             }
         }
     }
@@ -268,40 +259,60 @@ impl LocalTable {
             }
         }
         runs.sort();
+        if !runs.is_empty() {
+            durable::create_dir_all(&self.locks_dir())?;
+        }
         let mut cleaned = Vec::new();
         for run in runs {
             let lock_path = self.locks_dir().join(format!("{run}.lock"));
-            let held = match std::fs::File::open(&lock_path) {
-                Ok(f) => match rustix::fs::flock(
-                    &f,
-                    rustix::fs::FlockOperation::NonBlockingLockExclusive,
-                ) {
-                    Ok(()) => None,
-                    Err(Errno::WOULDBLOCK) => Some(()),
-                    Err(e) => return Err(Error::io("lock", &lock_path)(e.into())),
-                }
-                .map(|_| f),
-                // A live run creates its lock before its staging directory and removes
-                // it after: a staging directory without a lock is a dead run's.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(Error::io("open", &lock_path)(e)),
+            // Held until the lock file is gone, so a run starting under this id in the
+            // meantime (its lock file created, not yet locked) waits in `lock_run`,
+            // then finds its file unlinked and starts over. A run's staging directory
+            // is created after its lock and removed before it, so one whose lock can
+            // be taken (or created: a failed run unlinks its lock first) is dead.
+            let Some(_dead) = lock_file(&lock_path, false)? else {
+                continue; // alive, or its lock file replaced meanwhile
             };
-            if held.is_some() {
-                continue;
-            }
             // A dead run may have died between the two renames of the fallback publish:
             // a partition whose live directory is missing gets its old copy back.
             self.restore_from_trash(&trash.join(&run))?;
             durable::remove_dir_all(&trash.join(&run))?;
             durable::remove_dir_all(&staging.join(&run))?;
-            match std::fs::remove_file(&lock_path) {
-                Ok(()) => durable::sync_dir(&self.locks_dir())?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("remove", &lock_path)(e)),
-            }
+            std::fs::remove_file(&lock_path).map_err(Error::io("remove", &lock_path))?;
+            durable::sync_dir(&self.locks_dir())?;
             cleaned.push(run);
         }
         Ok(cleaned)
+    }
+}
+
+/// Opens (creating) the lock file at `path` and locks it, waiting for it with `wait`.
+/// `None` when another run holds it (without `wait`) or when the path no longer
+/// names the file locked: a cleaner unlinked it between the open and the lock.
+fn lock_file(path: &Path, wait: bool) -> Result<Option<std::fs::File>> {
+    use rustix::fs::FlockOperation;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(Error::io("create", path))?;
+    let op = if wait {
+        FlockOperation::LockExclusive
+    } else {
+        FlockOperation::NonBlockingLockExclusive
+    };
+    match rustix::fs::flock(&file, op) {
+        Ok(()) => {}
+        Err(Errno::WOULDBLOCK) if !wait => return Ok(None),
+        Err(e) => return Err(Error::io("lock", path)(e.into())),
+    }
+    let held = file.metadata().map_err(Error::io("stat", path))?;
+    match std::fs::metadata(path) {
+        Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => Ok(Some(file)),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("stat", path)(e)),
     }
 }
 
@@ -462,5 +473,58 @@ impl CommitBackend for LocalTable {
 
     fn cleanup_run(&self, run_id: &str) -> Result<()> {
         durable::remove_dir_all(&self.meta.join("staging").join(run_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Runs that start, stage and finish while others clean up after dead runs: no
+    /// live run ever loses its staging directory (the cleaner holds a dead run's lock
+    /// until its files and lock file are gone, so a run starting under that id waits).
+    #[test]
+    fn cleaners_never_remove_a_live_runs_staging() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = LocalTable::new(&dir.path().join("t"));
+        table.prepare().unwrap();
+        let stop = AtomicBool::new(false);
+        let lost = std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        table.clean_dead_runs().unwrap();
+                    }
+                });
+            }
+            let runners: Vec<_> = (0..2)
+                .map(|t| {
+                    let table = &table;
+                    s.spawn(move || {
+                        let mut lost = Vec::new();
+                        for i in 0..1000 {
+                            let run = format!("run-{t}-{i}");
+                            let lock = table.lock_run(&run).unwrap();
+                            let staged = table.meta_dir().join("staging").join(&run);
+                            let made = durable::create_dir_all(&staged.join("dt=1"));
+                            std::thread::yield_now();
+                            if made.is_err() || !staged.join("dt=1").is_dir() {
+                                lost.push(run.clone());
+                            }
+                            table.cleanup_run(&run).unwrap();
+                            drop(lock);
+                        }
+                        lost
+                    })
+                })
+                .collect();
+            let lost: Vec<_> = runners.into_iter().map(|r| r.join()).collect();
+            stop.store(true, Ordering::Relaxed);
+            lost.into_iter()
+                .flat_map(|r| r.expect("a runner panicked"))
+                .collect::<Vec<String>>()
+        });
+        assert!(lost.is_empty(), "live runs lost their staging: {lost:?}");
     }
 }
