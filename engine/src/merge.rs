@@ -116,10 +116,18 @@ pub async fn prepare(
         .await
         .map_err(exec)?;
     let change_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    // The changed keys, sorted per column: to prune the table's files by statistics,
+    // and to show that most change sets are clean (only one that may not be is
+    // queried for the NULL or repeated keys that explain why).
+    let probe = KeyProbe::new(&batches, output, &job.target.key).map_err(|e| exec(e.into()))?;
+    let clean = match probe.columns.as_slice() {
+        [single] => single.values.num_rows() == change_rows && single.distinct(),
+        _ => keys_unique_and_present(&batches, output, &job.target.key)
+            .map_err(|e| exec(e.into()))?,
+    };
     // The live files, each tested against the changes' keys (when there are any).
     let mut files = live_files(table, job.target.partition_by.len()).map_err(storage)?;
     if files.iter().any(|p| !p.files.is_empty()) {
-        let probe = KeyProbe::new(&batches, output, &job.target.key).map_err(|e| exec(e.into()))?;
         for p in files.iter_mut() {
             if !probe.partition_may_match(&p.path) {
                 continue; // every file stays `may_match = false`
@@ -159,10 +167,14 @@ pub async fn prepare(
             .await
             .map_err(exec)
     };
-    let nulls = sql(format!(
-        "select * from __idem_changes where {any_null} limit 5"
-    ))
-    .await?;
+    let nulls = if clean {
+        Vec::new()
+    } else {
+        sql(format!(
+            "select * from __idem_changes where {any_null} limit 5"
+        ))
+        .await?
+    };
     if nulls.iter().any(|b| b.num_rows() > 0) {
         return Err(Error::Output {
             path: job.path.clone(),
@@ -173,11 +185,15 @@ pub async fn prepare(
             ),
         });
     }
-    let dups = sql(format!(
-        "select {key_list}, count(*) as copies from __idem_changes group by {key_list} \
-         having count(*) > 1 order by copies desc, {key_list} limit 5"
-    ))
-    .await?;
+    let dups = if clean {
+        Vec::new()
+    } else {
+        sql(format!(
+            "select {key_list}, count(*) as copies from __idem_changes group by {key_list} \
+             having count(*) > 1 order by copies desc, {key_list} limit 5"
+        ))
+        .await?
+    };
     if dups.iter().any(|b| b.num_rows() > 0) {
         let total = sql(format!(
             "select count(*) from (select {key_list} from __idem_changes group by {key_list} having count(*) > 1)"
@@ -540,6 +556,13 @@ impl ColumnProbe {
         Some((rows, present))
     }
 
+    /// Whether no value repeats (bytewise equality in the row format, which for floats
+    /// is not SQL's: `-0.0 = 0.0`, so they never count as distinct here).
+    fn distinct(&self) -> bool {
+        !self.data_type.is_floating()
+            && (1..self.values.num_rows()).all(|i| self.values.row(i - 1) != self.values.row(i))
+    }
+
     /// Whether some changed value lies in `[min, max]` (a binary search).
     fn any_between(&self, min: Row<'_>, max: Row<'_>) -> bool {
         let (mut lo, mut hi) = (0, self.values.num_rows());
@@ -553,6 +576,45 @@ impl ColumnProbe {
         }
         lo < self.values.num_rows() && self.values.row(lo) <= max
     }
+}
+
+/// Whether every row of the changes has a key without NULLs that no other row has,
+/// by sorting the keys in the row format. Only for keys whose equality is bytewise in
+/// that format (not floats, where `-0.0 = 0.0`); `false` means "not shown", and the
+/// caller asks the query engine.
+fn keys_unique_and_present(
+    batches: &[RecordBatch],
+    schema: &Schema,
+    key: &[String],
+) -> arrow::error::Result<bool> {
+    let indices = key
+        .iter()
+        .map(|k| schema.index_of(k))
+        .collect::<arrow::error::Result<Vec<_>>>()?;
+    let bytewise = |t: &DataType| !t.is_floating() && !t.is_nested() && !t.is_null();
+    if indices
+        .iter()
+        .any(|&i| !bytewise(schema.field(i).data_type()))
+    {
+        return Ok(false);
+    }
+    let converter = RowConverter::new(
+        indices
+            .iter()
+            .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+            .collect(),
+    )?;
+    let mut rows = converter.empty_rows(0, 0);
+    for b in batches {
+        let columns: Vec<ArrayRef> = indices.iter().map(|&i| Arc::clone(b.column(i))).collect();
+        if columns.iter().any(|c| c.null_count() > 0) {
+            return Ok(false);
+        }
+        converter.append(&mut rows, &columns)?;
+    }
+    let mut sorted: Vec<Row<'_>> = rows.iter().collect();
+    sorted.sort_unstable();
+    Ok(sorted.windows(2).all(|w| w[0] != w[1]))
 }
 
 /// The rows of the given files, partition by partition, with the partition columns
@@ -585,5 +647,95 @@ async fn files_frame(
                 .collect::<Vec<_>>(),
         ),
         None => ctx.read_batch(RecordBatch::new_empty(Arc::clone(output))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float64Array, Int64Array, StringArray};
+    use arrow::datatypes::Field;
+
+    fn changes(ids: Vec<Option<i64>>, names: Vec<&str>) -> (SchemaRef, Vec<RecordBatch>) {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, false),
+        ]));
+        let half = ids.len() / 2;
+        let batch = |ids: &[Option<i64>], names: &[&str]| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from(ids.to_vec())),
+                    Arc::new(StringArray::from(names.to_vec())),
+                ],
+            )
+            .unwrap()
+        };
+        // Split in two batches, so a repeat across batches must be seen too.
+        let batches = vec![
+            batch(&ids[..half], &names[..half]),
+            batch(&ids[half..], &names[half..]),
+        ];
+        (schema, batches)
+    }
+
+    /// What the fast check of `prepare` concludes for `key`.
+    fn clean(schema: &SchemaRef, batches: &[RecordBatch], key: &[&str]) -> bool {
+        let key: Vec<String> = key.iter().map(|k| k.to_string()).collect();
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let probe = KeyProbe::new(batches, schema, &key).unwrap();
+        match probe.columns.as_slice() {
+            [single] => single.values.num_rows() == rows && single.distinct(),
+            _ => keys_unique_and_present(batches, schema, &key).unwrap(),
+        }
+    }
+
+    #[test]
+    fn clean_change_sets_are_told_from_repeated_or_null_keys() {
+        let (s, b) = changes(
+            vec![Some(3), Some(1), Some(2), Some(4)],
+            vec!["a", "b", "a", "b"],
+        );
+        assert!(clean(&s, &b, &["id"]));
+        assert!(!clean(&s, &b, &["name"]));
+        assert!(clean(&s, &b, &["id", "name"]));
+        let (s, b) = changes(
+            vec![Some(1), Some(2), Some(1), Some(4)],
+            vec!["a", "b", "c", "d"],
+        );
+        assert!(!clean(&s, &b, &["id"]));
+        assert!(clean(&s, &b, &["id", "name"]));
+        let (s, b) = changes(
+            vec![Some(1), Some(2), Some(1), Some(4)],
+            vec!["a", "b", "a", "d"],
+        );
+        assert!(!clean(&s, &b, &["name", "id"]));
+        let (s, b) = changes(
+            vec![Some(1), None, Some(3), Some(4)],
+            vec!["a", "b", "c", "d"],
+        );
+        assert!(!clean(&s, &b, &["id"]));
+        assert!(!clean(&s, &b, &["id", "name"]));
+    }
+
+    #[test]
+    fn float_keys_are_left_to_the_query() {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Float64, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Float64Array::from(vec![0.0, -0.0]))],
+        )
+        .unwrap();
+        assert!(!clean(&schema, &[batch.clone()], &["x"]));
+        let two = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("x", DataType::Float64, false),
+                Field::new("y", DataType::Float64, false),
+            ])),
+            vec![Arc::clone(batch.column(0)), Arc::clone(batch.column(0))],
+        )
+        .unwrap();
+        assert!(!clean(&two.schema(), &[two], &["x", "y"]));
     }
 }
