@@ -727,7 +727,7 @@ mod tests {
             vec![Arc::new(Float64Array::from(vec![0.0, -0.0]))],
         )
         .unwrap();
-        assert!(!clean(&schema, &[batch.clone()], &["x"]));
+        assert!(!clean(&schema, std::slice::from_ref(&batch), &["x"]));
         let two = RecordBatch::try_new(
             Arc::new(Schema::new(vec![
                 Field::new("x", DataType::Float64, false),
