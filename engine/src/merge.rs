@@ -559,7 +559,7 @@ impl ColumnProbe {
     /// Whether no value repeats (bytewise equality in the row format, which for floats
     /// is not SQL's: `-0.0 = 0.0`, so they never count as distinct here).
     fn distinct(&self) -> bool {
-        !self.data_type.is_floating()
+        equal_iff_same_bytes(&self.data_type)
             && (1..self.values.num_rows()).all(|i| self.values.row(i - 1) != self.values.row(i))
     }
 
@@ -578,6 +578,15 @@ impl ColumnProbe {
     }
 }
 
+/// Whether two values of type `t` are equal in SQL exactly when their encodings in the
+/// row format are: not for floats (`-0.0 = 0.0`), nested or NULL types.
+fn equal_iff_same_bytes(t: &DataType) -> bool {
+    match t {
+        DataType::Dictionary(_, values) => equal_iff_same_bytes(values),
+        t => !t.is_floating() && !t.is_nested() && !t.is_null(),
+    }
+}
+
 /// Whether every row of the changes has a key without NULLs that no other row has,
 /// by sorting the keys in the row format. Only for keys whose equality is bytewise in
 /// that format (not floats, where `-0.0 = 0.0`); `false` means "not shown", and the
@@ -591,10 +600,9 @@ fn keys_unique_and_present(
         .iter()
         .map(|k| schema.index_of(k))
         .collect::<arrow::error::Result<Vec<_>>>()?;
-    let bytewise = |t: &DataType| !t.is_floating() && !t.is_nested() && !t.is_null();
     if indices
         .iter()
-        .any(|&i| !bytewise(schema.field(i).data_type()))
+        .any(|&i| !equal_iff_same_bytes(schema.field(i).data_type()))
     {
         return Ok(false);
     }
@@ -737,5 +745,8 @@ mod tests {
         )
         .unwrap();
         assert!(!clean(&two.schema(), &[two], &["x", "y"]));
+        let dict = |v: DataType| DataType::Dictionary(Box::new(DataType::Int32), Box::new(v));
+        assert!(!equal_iff_same_bytes(&dict(DataType::Float32)));
+        assert!(equal_iff_same_bytes(&dict(DataType::Utf8)));
     }
 }
