@@ -155,6 +155,9 @@ impl LocalTable {
             .unwrap_or_default();
         let trash = self.meta.join("trash").join(&run);
         let old = trash.join(rel).join("partition");
+        // While the live directory is missing, no cleaner may restore a dead run's copy
+        // into its place (it holds this lock to restore).
+        let _swapping = self.lock_table("swaps.lock")?;
         let had_live = live.exists();
         if had_live {
             durable::create_dir_all(old.parent().expect("trash has a parent"))?;
@@ -222,8 +225,13 @@ impl LocalTable {
     /// Serializes read-modify-write writers (merges) of this table: an exclusive
     /// `flock` on `_idem/<table>/writes.lock`, waited for, held until dropped.
     pub fn lock_writes(&self) -> Result<std::fs::File> {
+        self.lock_table("writes.lock")
+    }
+
+    /// An exclusive `flock` on `_idem/<table>/<name>`, waited for, held until dropped.
+    fn lock_table(&self, name: &str) -> Result<std::fs::File> {
         durable::create_dir_all(&self.meta)?;
-        let path = self.meta.join("writes.lock");
+        let path = self.meta.join(name);
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -248,11 +256,15 @@ impl LocalTable {
             };
             for e in entries.flatten() {
                 let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
-                if is_dir != want_dir {
-                    continue; // not something a run creates here
-                }
                 let name = e.file_name().to_string_lossy().into_owned();
-                let run = name.strip_suffix(".lock").unwrap_or(&name).to_string();
+                let run = match want_dir {
+                    true if is_dir => name,
+                    false if !is_dir => match name.strip_suffix(".lock") {
+                        Some(run) => run.to_string(),
+                        None => continue,
+                    },
+                    _ => continue, // not something a run creates here
+                };
                 if !runs.contains(&run) {
                     runs.push(run);
                 }
@@ -274,8 +286,12 @@ impl LocalTable {
                 continue; // alive, or its lock file replaced meanwhile
             };
             // A dead run may have died between the two renames of the fallback publish:
-            // a partition whose live directory is missing gets its old copy back.
-            self.restore_from_trash(&trash.join(&run))?;
+            // a partition whose live directory is missing gets its old copy back, unless
+            // a live run is between its own two renames there.
+            if trash.join(&run).exists() {
+                let _swaps = self.lock_table("swaps.lock")?;
+                self.restore_from_trash(&trash.join(&run))?;
+            }
             durable::remove_dir_all(&trash.join(&run))?;
             durable::remove_dir_all(&staging.join(&run))?;
             std::fs::remove_file(&lock_path).map_err(Error::io("remove", &lock_path))?;
@@ -291,12 +307,18 @@ impl LocalTable {
 /// names the file locked: a cleaner unlinked it between the open and the lock.
 fn lock_file(path: &Path, wait: bool) -> Result<Option<std::fs::File>> {
     use rustix::fs::FlockOperation;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(Error::io("create", path))?;
+    // Read-only when it exists: a lock is taken on any descriptor, and a dead run's
+    // file may belong to another user.
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(Error::io("create", path))?,
+        Err(e) => return Err(Error::io("open", path)(e)),
+    };
     let op = if wait {
         FlockOperation::LockExclusive
     } else {
@@ -526,5 +548,44 @@ mod tests {
                 .collect::<Vec<String>>()
         });
         assert!(lost.is_empty(), "live runs lost their staging: {lost:?}");
+    }
+
+    /// The publish by two renames (filesystems without `renameat2` flags) leaves the
+    /// live directory missing for a moment, which is what a cleaner takes for a dead
+    /// run's crash between those renames: it must not put a dead run's old copy there.
+    #[test]
+    fn cleaners_never_restore_into_a_fallback_swap_in_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = LocalTable::new(&dir.path().join("t"));
+        table.prepare().unwrap();
+        let live = table.root().join("dt=1");
+        durable::create_dir_all(&live).unwrap();
+        std::fs::write(live.join("v1"), "").unwrap();
+        // A dead run's copy of the partition, left in its trash by a crash.
+        let stale = table.meta_dir().join("trash/dead/dt=1/partition");
+        durable::create_dir_all(&stale).unwrap();
+        std::fs::write(stale.join("v0"), "").unwrap();
+        // A live run between the two renames of `fallback_swap`, as it holds them.
+        let swapping = table.lock_table("swaps.lock").unwrap();
+        let old = dir.path().join("v1-copy");
+        std::fs::rename(&live, &old).unwrap();
+        std::thread::scope(|s| {
+            let cleaner = s.spawn(|| table.clean_dead_runs().unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            assert!(!live.exists(), "restored over a swap in progress");
+            let staged = dir.path().join("v2");
+            durable::create_dir_all(&staged).unwrap();
+            std::fs::write(staged.join("v2"), "").unwrap();
+            std::fs::rename(&staged, &live).unwrap();
+            drop(swapping);
+            assert_eq!(cleaner.join().unwrap(), ["dead"]);
+        });
+        let names: Vec<_> = std::fs::read_dir(&live)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, ["v2"]);
+        assert!(!table.meta_dir().join("trash/dead").exists());
     }
 }
