@@ -120,11 +120,8 @@ pub async fn prepare(
     // and to show that most change sets are clean (only one that may not be is
     // queried for the NULL or repeated keys that explain why).
     let probe = KeyProbe::new(&batches, output, &job.target.key).map_err(|e| exec(e.into()))?;
-    let clean = match probe.columns.as_slice() {
-        [single] => single.values.num_rows() == change_rows && single.distinct(),
-        _ => keys_unique_and_present(&batches, output, &job.target.key)
-            .map_err(|e| exec(e.into()))?,
-    };
+    let clean = keys_unique_and_present(&probe, &batches, output, &job.target.key)
+        .map_err(|e| exec(e.into()))?;
     // The live files, each tested against the changes' keys (when there are any).
     let mut files = live_files(table, job.target.partition_by.len()).map_err(storage)?;
     if files.iter().any(|p| !p.files.is_empty()) {
@@ -588,14 +585,20 @@ fn equal_iff_same_bytes(t: &DataType) -> bool {
 }
 
 /// Whether every row of the changes has a key without NULLs that no other row has,
-/// by sorting the keys in the row format. Only for keys whose equality is bytewise in
+/// by sorting the keys in the row format: a single-column key's sort is the probe's,
+/// a longer key's rows are sorted here. Only for keys whose equality is bytewise in
 /// that format (not floats, where `-0.0 = 0.0`); `false` means "not shown", and the
 /// caller asks the query engine.
 fn keys_unique_and_present(
+    probe: &KeyProbe,
     batches: &[RecordBatch],
     schema: &Schema,
     key: &[String],
 ) -> arrow::error::Result<bool> {
+    if let [single] = probe.columns.as_slice() {
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        return Ok(single.values.num_rows() == rows && single.distinct());
+    }
     let indices = key
         .iter()
         .map(|k| schema.index_of(k))
@@ -691,12 +694,8 @@ mod tests {
     /// What the fast check of `prepare` concludes for `key`.
     fn clean(schema: &SchemaRef, batches: &[RecordBatch], key: &[&str]) -> bool {
         let key: Vec<String> = key.iter().map(|k| k.to_string()).collect();
-        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         let probe = KeyProbe::new(batches, schema, &key).unwrap();
-        match probe.columns.as_slice() {
-            [single] => single.values.num_rows() == rows && single.distinct(),
-            _ => keys_unique_and_present(batches, schema, &key).unwrap(),
-        }
+        keys_unique_and_present(&probe, batches, schema, &key).unwrap()
     }
 
     #[test]
