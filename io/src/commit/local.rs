@@ -256,14 +256,14 @@ impl LocalTable {
             };
             for e in entries.flatten() {
                 let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+                if is_dir != want_dir {
+                    continue; // not something a run creates here
+                }
                 let name = e.file_name().to_string_lossy().into_owned();
-                let run = match want_dir {
-                    true if is_dir => name,
-                    false if !is_dir => match name.strip_suffix(".lock") {
-                        Some(run) => run.to_string(),
-                        None => continue,
-                    },
-                    _ => continue, // not something a run creates here
+                let run = match (want_dir, name.strip_suffix(".lock")) {
+                    (true, _) => name.clone(),
+                    (false, Some(run)) => run.to_string(),
+                    (false, None) => continue, // not a run's lock
                 };
                 if !runs.contains(&run) {
                     runs.push(run);
