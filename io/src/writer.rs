@@ -155,7 +155,7 @@ impl SpillFile {
     /// Closes the handle, after starting the write-back of the bytes written since the
     /// last release (`POSIX_FADV_DONTNEED` on dirty pages starts it and returns; they
     /// stay cached). The fsync at publish then waits for the last row group only,
-    /// instead of the whole file (W1: 45 ms at the end of the run).
+    /// instead of the whole file (W4: 37 → 6 ms at the end of the run).
     fn release(&mut self) {
         if let Some(file) = self.file.take()
             && let Some(len) = std::num::NonZeroU64::new(self.written - self.flushing)
