@@ -25,14 +25,17 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch};
-use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
+use arrow::buffer::BooleanBuffer;
+use arrow::datatypes::{DataType, Int64Type, Schema, SchemaRef};
 use arrow::row::{Row, RowConverter, Rows, SortField};
 use datafusion::common::Column;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
 use datafusion::execution::context::SessionContext;
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
 use idem_io::commit::CommitBackend;
 use idem_io::hive::PartitionPath;
 use idem_io::manifest::{LiveState, Manifest};
@@ -135,6 +138,13 @@ pub async fn prepare(
             }
         }
     }
+    // A single integer key whose changed values are dense enough: the anti join
+    // becomes a bit test per row of the table (see `ChangedKeys`).
+    let changed_keys = if clean {
+        ChangedKeys::new(&batches, output, &job.target.key).map_err(|e| exec(e.into()))?
+    } else {
+        None
+    };
     let changes = MemTable::try_new(Arc::clone(output), vec![batches]).map_err(exec)?;
     ctx.register_table("__idem_changes", Arc::new(changes))
         .map_err(exec)?;
@@ -216,13 +226,28 @@ pub async fn prepare(
         table_files: files.iter().map(|p| p.files.len()).sum(),
         ..Default::default()
     };
-    let key_match = job
-        .target
-        .key
-        .iter()
-        .map(|k| format!("t.{0} = c.{0}", ident(k)))
-        .collect::<Vec<_>>()
-        .join(" and ");
+    // How a row of the table `t` is told to hold a changed key: by the key set's bit
+    // test, or by a join against the changes `c`.
+    let (semi_join, anti_join) = match changed_keys {
+        Some(keys) => {
+            let test = format!("{CHANGED_KEY}(t.{})", ident(&job.target.key[0]));
+            ctx.register_udf(ScalarUDF::new_from_impl(keys));
+            (format!("where {test}"), format!("where not {test}"))
+        }
+        None => {
+            let on = job
+                .target
+                .key
+                .iter()
+                .map(|k| format!("t.{0} = c.{0}", ident(k)))
+                .collect::<Vec<_>>()
+                .join(" and ");
+            (
+                format!("left semi join __idem_changes c on {on}"),
+                format!("left anti join __idem_changes c on {on}"),
+            )
+        }
+    };
 
     // The affected partitions: those the changes go to, and those where a file that may
     // hold a changed key does hold one (the key moves partition, or its row is updated).
@@ -263,7 +288,7 @@ pub async fn prepare(
                 .map_err(exec)?;
             found.extend(
                 sql(format!(
-                    "select distinct {} from __idem_probe t left semi join __idem_changes c on {key_match}",
+                    "select distinct {} from __idem_probe t {semi_join}",
                     columns("t.")
                 ))
                 .await?,
@@ -332,7 +357,7 @@ pub async fn prepare(
     let columns: Vec<String> = output.fields().iter().map(|f| ident(f.name())).collect();
     let t_columns: Vec<String> = columns.iter().map(|c| format!("t.{c}")).collect();
     let kept_rows = format!(
-        "select {t} from __idem_target t left anti join __idem_changes c on {key_match}",
+        "select {t} from __idem_target t {anti_join}",
         t = t_columns.join(", ")
     );
     // delete_missing: rows in the run's own scope are replaced by the output outright.
@@ -361,6 +386,129 @@ pub async fn prepare(
         versions,
         inputs,
     })
+}
+
+/// The name the merge registers its `ChangedKeys` under.
+const CHANGED_KEY: &str = "__idem_changed_key";
+
+/// `__idem_changed_key(k)`: whether `k` is a key of the changes (never for NULL), for
+/// a single-column integer key. The keys are a bitmap over their range, so each row of
+/// the table is tested by one bit instead of probing a hash table built from a copy of
+/// the changes (W4: 10% less CPU, median wall 0.89 → 0.77 s over 8 alternating runs).
+/// Only built when the range takes at most 64 bits per key, the size of the keys
+/// themselves; sparser keys are joined as before.
+#[derive(Debug)]
+struct ChangedKeys {
+    signature: Signature,
+    min: i64,
+    /// Bit `v - min` is set for each key `v`.
+    bits: Vec<u64>,
+}
+
+impl ChangedKeys {
+    fn new(
+        batches: &[RecordBatch],
+        schema: &Schema,
+        key: &[String],
+    ) -> arrow::error::Result<Option<Self>> {
+        let [key] = key else { return Ok(None) };
+        let data_type = schema.field_with_name(key)?.data_type().clone();
+        // The types every value of which is an i64.
+        if !matches!(
+            data_type,
+            DataType::Int8
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::UInt8
+                | DataType::UInt16
+                | DataType::UInt32
+        ) {
+            return Ok(None);
+        }
+        let index = schema.index_of(key)?;
+        let columns = batches
+            .iter()
+            .map(|b| arrow::compute::cast(b.column(index), &DataType::Int64))
+            .collect::<arrow::error::Result<Vec<_>>>()?;
+        let ints = || columns.iter().map(|c| c.as_primitive::<Int64Type>());
+        let (Some(min), Some(max)) = (
+            ints().filter_map(arrow::compute::min).min(),
+            ints().filter_map(arrow::compute::max).max(),
+        ) else {
+            return Ok(None);
+        };
+        let keys: usize = columns.iter().map(|c| c.len() - c.null_count()).sum();
+        let span = (max as i128 - min as i128 + 1) as u128;
+        if span > (keys as u128 * 64).max(1 << 16) {
+            return Ok(None);
+        }
+        let mut bits = vec![0u64; span.div_ceil(64) as usize];
+        for c in ints() {
+            for v in c.iter().flatten() {
+                let d = v.wrapping_sub(min) as u64;
+                bits[(d / 64) as usize] |= 1 << (d % 64);
+            }
+        }
+        Ok(Some(Self {
+            signature: Signature::exact(vec![data_type], Volatility::Immutable),
+            min,
+            bits,
+        }))
+    }
+
+    fn contains(&self, v: i64) -> bool {
+        let d = v.wrapping_sub(self.min) as u64;
+        self.bits
+            .get((d / 64) as usize)
+            .is_some_and(|w| w >> (d % 64) & 1 == 1)
+    }
+}
+
+// One instance per merge: equal only to itself.
+impl PartialEq for ChangedKeys {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for ChangedKeys {}
+
+impl std::hash::Hash for ChangedKeys {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.min.hash(state);
+        self.bits.len().hash(state);
+    }
+}
+
+impl ScalarUDFImpl for ChangedKeys {
+    fn name(&self) -> &str {
+        CHANGED_KEY
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::common::Result<ColumnarValue> {
+        let keys = args.args[0].to_array(args.number_rows)?;
+        let keys = arrow::compute::cast(&keys, &DataType::Int64)?;
+        let keys = keys.as_primitive::<Int64Type>();
+        let values = keys.values();
+        let hit = BooleanBuffer::collect_bool(values.len(), |i| self.contains(values[i]));
+        let hit = match keys.nulls() {
+            Some(valid) => &hit & valid.inner(),
+            None => hit,
+        };
+        Ok(ColumnarValue::Array(Arc::new(BooleanArray::new(hit, None))))
+    }
 }
 
 /// A live partition and its data files, each marked by whether it may hold a changed key.
@@ -724,6 +872,70 @@ mod tests {
         );
         assert!(!clean(&s, &b, &["id"]));
         assert!(!clean(&s, &b, &["id", "name"]));
+    }
+
+    /// What `__idem_changed_key` answers for `ids` against the change set `changed`
+    /// (or `None`: the keys are left to the join).
+    fn changed_key(changed: Vec<Option<i64>>, ids: Vec<Option<i64>>) -> Option<Vec<bool>> {
+        let names = vec!["x"; changed.len()];
+        let (schema, batches) = changes(changed, names);
+        let keys = ChangedKeys::new(&batches, &schema, &["id".to_string()]).unwrap()?;
+        let udf = ScalarUDF::new_from_impl(keys);
+        let rows = ids.len();
+        let args = ScalarFunctionArgs {
+            args: vec![ColumnarValue::Array(Arc::new(Int64Array::from(ids)))],
+            arg_fields: vec![Arc::new(Field::new("id", DataType::Int64, true))],
+            number_rows: rows,
+            return_field: Arc::new(Field::new("hit", DataType::Boolean, false)),
+            config_options: Arc::new(Default::default()),
+        };
+        let out = udf.invoke_with_args(args).unwrap().to_array(rows).unwrap();
+        Some(out.as_boolean().iter().map(|b| b.unwrap()).collect())
+    }
+
+    #[test]
+    fn changed_keys_are_a_bit_per_value_of_their_range() {
+        // Negative keys, a NULL among the changes, keys just outside the range, and a
+        // NULL key in the table (which matches nothing).
+        assert_eq!(
+            changed_key(
+                vec![Some(-3), Some(5), None, Some(64), Some(0)],
+                vec![
+                    Some(-4),
+                    Some(-3),
+                    Some(0),
+                    Some(1),
+                    Some(63),
+                    Some(64),
+                    Some(65),
+                    None,
+                    Some(i64::MIN),
+                    Some(i64::MAX)
+                ],
+            ),
+            Some(vec![
+                false, true, true, false, false, true, false, false, false, false
+            ])
+        );
+        // Sparse keys (a span of more than 64 bits per key) are joined instead.
+        assert_eq!(
+            changed_key(vec![Some(1), Some(1 << 40)], vec![Some(1)]),
+            None
+        );
+        assert_eq!(
+            changed_key(vec![Some(i64::MIN), Some(i64::MAX)], vec![]),
+            None
+        );
+        assert_eq!(changed_key(vec![None, None], vec![]), None);
+        // Only a single integer column qualifies.
+        let (schema, batches) = changes(vec![Some(1), Some(2)], vec!["a", "b"]);
+        let of = |key: &[&str]| {
+            let key: Vec<String> = key.iter().map(|k| k.to_string()).collect();
+            ChangedKeys::new(&batches, &schema, &key).unwrap().is_some()
+        };
+        assert!(of(&["id"]));
+        assert!(!of(&["name"]));
+        assert!(!of(&["id", "name"]));
     }
 
     #[test]

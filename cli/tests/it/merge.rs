@@ -108,6 +108,25 @@ fn unpartitioned_dimension_matches_duckdb_and_rerun_is_unchanged() {
     assert_eq!(before, snapshot(&table));
 }
 
+/// Keys spread too thin for the merge's bitmap of changed keys are joined instead;
+/// both ways give the oracle's table.
+#[test]
+fn sparse_keys_merge_like_dense_ones() {
+    let lake = Lake::new();
+    let job = lake.job("dim", &job(""));
+    let base = base(&lake);
+    merge_ok(&lake, &job, &base);
+    let sparse = changes(&lake, "s", &[2, 7], &[1 << 50, (1 << 50) + 3], "DE");
+    let dense = changes(&lake, "d", &[7, 8, 1000], &[1003], "FR");
+    merge_ok(&lake, &job, &sparse);
+    merge_ok(&lake, &job, &dense);
+    let table = lake.join("out/dim_customers");
+    assert_eq!(
+        readers(&["table", table.to_str().unwrap()]),
+        oracle(&base, &[&sparse, &dense])
+    );
+}
+
 #[test]
 fn partitioned_dimension_with_keys_that_move_partition() {
     let lake = Lake::new();
