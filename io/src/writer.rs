@@ -46,7 +46,12 @@ impl Default for WriterOptions {
     fn default() -> Self {
         Self {
             compression: Compression::SNAPPY,
-            row_group_rows: 1 << 20,
+            // 256 Ki rows, as Polars writes: a reader and a writer each hold one row
+            // group of a column chunk at a time, so this bounds their memory (W4, a
+            // merge that reads and writes a 5 M-row table: 253 → 202 MiB peak, 6% less
+            // CPU than at 1 Mi rows), and a file splits into more units for parallel
+            // reading. Files are 0.2% larger.
+            row_group_rows: 1 << 18,
             target_file_bytes: 256 << 20,
         }
     }
