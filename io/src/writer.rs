@@ -15,9 +15,7 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowSchemaConverter;
-use parquet::arrow::arrow_writer::{
-    ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory, compute_leaves,
-};
+use parquet::arrow::arrow_writer::{ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves};
 use parquet::basic::Compression;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{WriterProperties, WriterPropertiesPtr};
@@ -258,6 +256,8 @@ pub struct PartitionWriter {
     dictionary_decided: bool,
     current: Option<(OpenFile, ArrowRowGroupWriterFactory)>,
     row_group: Option<RowGroup>,
+    /// The number of Parquet leaf columns of each field.
+    leaves: Vec<usize>,
     digest: DigestState,
     /// Files carried over from the live partition, and their digest.
     kept: Vec<FileEntry>,
@@ -276,6 +276,18 @@ impl PartitionWriter {
         opts: WriterOptions,
     ) -> Result<Self> {
         crate::digest::check_schema(&schema)?;
+        let leaves = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let empty = arrow::array::new_empty_array(f.data_type());
+                compute_leaves(f, &empty).map(|l| l.len())
+            })
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|source| Error::Parquet {
+                partition: partition.to_string(),
+                source,
+            })?;
         durable::create_dir_all(&dir)?;
         let props = writer_properties(&opts, &[]);
         Ok(Self {
@@ -288,6 +300,7 @@ impl PartitionWriter {
             done: Vec::new(),
             current: None,
             row_group: None,
+            leaves,
             digest: DigestState::default(),
             kept: Vec::new(),
             kept_digest: DigestState::default(),
@@ -407,21 +420,34 @@ impl PartitionWriter {
     }
 
     fn write_to_row_group(&mut self, batch: &RecordBatch) -> Result<()> {
-        let leaves: Vec<ArrowLeafColumn> = {
-            let mut leaves = Vec::new();
-            for (field, array) in self.schema.fields().iter().zip(batch.columns()) {
-                leaves.extend(compute_leaves(field, array).map_err(self.err())?);
-            }
-            leaves
-        };
         let partition = self.partition.to_string();
         let rg = self.row_group.as_mut().expect("row group started");
+        // Each column, with the writers of its leaves, is one task: its levels are
+        // computed there too, not on this thread while the pool waits.
+        let mut writers = rg.columns.as_mut_slice();
+        let mut columns = Vec::with_capacity(batch.num_columns());
+        for ((field, array), &n) in self
+            .schema
+            .fields()
+            .iter()
+            .zip(batch.columns())
+            .zip(&self.leaves)
+        {
+            let (mine, rest) = std::mem::take(&mut writers).split_at_mut(n);
+            writers = rest;
+            columns.push((field, array, mine));
+        }
         let (encoded, digest) = rayon::join(
             || {
-                rg.columns
-                    .par_iter_mut()
-                    .zip(leaves.par_iter())
-                    .try_for_each(|(w, leaf)| w.write(leaf))
+                columns
+                    .into_par_iter()
+                    .try_for_each(|(field, array, writers)| {
+                        let leaves = compute_leaves(field, array)?;
+                        writers
+                            .iter_mut()
+                            .zip(&leaves)
+                            .try_for_each(|(w, leaf)| w.write(leaf))
+                    })
             },
             || digest_batch(batch),
         );
@@ -723,6 +749,61 @@ mod tests {
                 .dictionary_page_offset()
                 .is_some()
         );
+    }
+
+    /// A nested column's leaves are written by that column's writers, in order: a
+    /// struct of two leaves between flat columns, and a list, read back the same over
+    /// several row groups.
+    #[test]
+    fn nested_columns_are_written_leaf_by_leaf() {
+        use arrow::array::{Int32Array, ListArray, StructArray};
+        use arrow::datatypes::{Field, Int64Type};
+        let dir = tempfile::tempdir().unwrap();
+        let n = 2500;
+        let point = StructArray::from(vec![
+            (
+                Arc::new(Field::new("x", DataType::Int32, true)),
+                Arc::new(Int32Array::from_iter(
+                    (0..n).map(|i| (i % 7 != 0).then_some(i)),
+                )) as ArrayRef,
+            ),
+            (
+                Arc::new(Field::new("label", DataType::Utf8, true)),
+                Arc::new(StringArray::from_iter(
+                    (0..n).map(|i| Some(format!("p{i}"))),
+                )) as ArrayRef,
+            ),
+        ]);
+        let tags = ListArray::from_iter_primitive::<Int64Type, _, _>(
+            (0..n).map(|i| (i % 5 != 0).then(|| (0..i as i64 % 4).map(Some).collect::<Vec<_>>())),
+        );
+        let b = RecordBatch::try_from_iter([
+            (
+                "id",
+                Arc::new(Int64Array::from_iter_values(0..n as i64)) as ArrayRef,
+            ),
+            ("point", Arc::new(point) as ArrayRef),
+            ("tags", Arc::new(tags) as ArrayRef),
+            (
+                "note",
+                Arc::new(StringArray::from_iter(
+                    (0..n).map(|i| Some(["a", "b"][i as usize % 2])),
+                )) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let opts = WriterOptions {
+            row_group_rows: 1000,
+            ..Default::default()
+        };
+        let written = write(dir.path(), opts, &[b.slice(0, 1200), b.slice(1200, 1300)]);
+        assert_eq!(written.manifest.rows, n as u64);
+        let file = File::open(written.dir.join("part-00000.parquet")).unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        assert_eq!(reader.metadata().num_row_groups(), 3);
+        let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
+        let back = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
+        assert_eq!(back.columns(), b.columns());
     }
 
     #[test]
