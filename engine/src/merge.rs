@@ -43,6 +43,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 use futures::StreamExt;
 use idem_io::commit::CommitBackend;
+use idem_io::digest::{Difference, DigestState, digest_batch, digest_columns};
 use idem_io::hive::PartitionPath;
 use idem_io::manifest::{LiveState, Manifest};
 use idem_io::writer::KeptFile;
@@ -70,6 +71,9 @@ pub struct MergePlan {
     pub versions: BTreeMap<PartitionPath, Option<u64>>,
     /// The source files the changes were computed from.
     pub inputs: Vec<idem_io::manifest::InputFile>,
+    /// Per partition whose new rows' digest the merge derives (see `DroppedRows`): the
+    /// rows it takes out of the files it rewrites and puts in.
+    pub derived: BTreeMap<PartitionPath, Arc<Difference>>,
 }
 
 /// What the merge read and what it left alone.
@@ -84,6 +88,9 @@ pub struct MergeStats {
     pub files_read: usize,
     /// Files of affected partitions carried over without being read or rewritten.
     pub files_kept: usize,
+    /// Whether the new digest was derived from the sums of the files read, hashing only
+    /// the rows dropped and added (see `DroppedRows`), not every row written.
+    pub digest_derived: bool,
 }
 
 /// `owned` are the partitions whose rows `delete_missing` syncs (empty without it):
@@ -144,7 +151,7 @@ pub async fn prepare(
         None => keys_unique_and_present(&probe, &batches, output, &job.target.key)
             .map_err(|e| exec(e.into()))?,
     };
-    let changed_keys = changed_keys.filter(|_| clean);
+    let changed_keys = changed_keys.filter(|_| clean).map(Arc::new);
     // The live files, each tested against the changes' keys (when there are any).
     let mut files = live_files(table, job.target.partition_by.len()).map_err(storage)?;
     if files.iter().any(|p| !p.files.is_empty()) {
@@ -161,9 +168,10 @@ pub async fn prepare(
     // The merged output's copy of the changes is handed out once, so each batch is
     // freed once written; the table registered here serves the queries of `prepare`
     // (and the join, which keeps its own reference).
-    let changes_once = ChangesOnce {
+    let mut changes_once = ChangesOnce {
         schema: Arc::clone(output),
         batches: std::sync::Mutex::new(Some(batches.clone())),
+        added: None,
     };
     let changes = MemTable::try_new(Arc::clone(output), vec![batches]).map_err(exec)?;
     ctx.register_table("__idem_changes", Arc::new(changes))
@@ -248,10 +256,10 @@ pub async fn prepare(
     };
     // How a row of the table `t` is told to hold a changed key: by the key set's bit
     // test, or by a join against the changes `c`.
-    let (semi_join, anti_join) = match changed_keys {
+    let (semi_join, anti_join) = match &changed_keys {
         Some(keys) => {
             let test = format!("{CHANGED_KEY}(t.{})", ident(&job.target.key[0]));
-            ctx.register_udf(ScalarUDF::new_from_impl(keys));
+            ctx.register_udf(ScalarUDF::new_from_shared_impl(keys.clone()));
             (format!("where {test}"), format!("where not {test}"))
         }
         None => {
@@ -366,6 +374,35 @@ pub async fn prepare(
         .chain(read.iter().flat_map(|(_, r)| r.iter()))
         .collect::<std::collections::BTreeSet<_>>()
         .len();
+    // The new rows' digest is derived rather than hashed when the merge can tell the
+    // rows it drops: an unpartitioned table tested by the bitmap, whose files read all
+    // carry sums of the same schema.
+    let derived = match (
+        &changed_keys,
+        partition_by.is_empty() && scope.is_none() && owned.is_empty(),
+    ) {
+        (Some(keys), true) => rewritten_sum(&files, &read, output)
+            .map(|sum| (Arc::clone(keys), Arc::new(Difference::new(sum)))),
+        _ => None,
+    };
+    stats.digest_derived = derived.is_some();
+    let anti_join = match &derived {
+        Some((keys, rows)) => {
+            let test = DroppedRows::new(
+                Arc::clone(keys),
+                Arc::clone(rows),
+                output,
+                &job.target.key[0],
+            )
+            .map_err(|e| exec(e.into()))?;
+            ctx.register_udf(ScalarUDF::new_from_impl(test));
+            format!(
+                "where not {DROPPED_ROWS}({})",
+                columns_of(output, "t.").join(", ")
+            )
+        }
+        None => anti_join,
+    };
     let target = files_frame(ctx, &read, output, router.data_schema())
         .await
         .map_err(exec)?;
@@ -374,8 +411,8 @@ pub async fn prepare(
 
     // The new content: the rows read whose key the changes do not carry, plus every row
     // of the changes.
-    let columns: Vec<String> = output.fields().iter().map(|f| ident(f.name())).collect();
-    let t_columns: Vec<String> = columns.iter().map(|c| format!("t.{c}")).collect();
+    let columns = columns_of(output, "");
+    let t_columns = columns_of(output, "t.");
     let kept_rows = format!(
         "select {t} from __idem_target t {anti_join}",
         t = t_columns.join(", ")
@@ -385,6 +422,7 @@ pub async fn prepare(
         Some(scope) => format!("select * from ({kept_rows}) t where not coalesce({scope}, false)"),
         None => kept_rows,
     };
+    changes_once.added = derived.as_ref().map(|(_, rows)| Arc::clone(rows));
     let once =
         StreamingTable::try_new(Arc::clone(output), vec![Arc::new(changes_once)]).map_err(exec)?;
     ctx.register_table("__idem_changes_once", Arc::new(once))
@@ -410,7 +448,50 @@ pub async fn prepare(
         lock,
         versions,
         inputs,
+        derived: derived
+            .map(|(_, rows)| (PartitionPath::root(), rows))
+            .into_iter()
+            .collect(),
     })
+}
+
+/// The table's columns, each prefixed (`t.`).
+fn columns_of(schema: &Schema, prefix: &str) -> Vec<String> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{prefix}{}", ident(f.name())))
+        .collect()
+}
+
+/// The digest state of the unpartitioned table's files the merge rewrites, from their
+/// manifest sums; `None` unless every one has a sum and the live manifest's schema is
+/// the output's (a row read back then hashes as it did when written).
+fn rewritten_sum(
+    files: &[LivePartition],
+    read: &[(PartitionPath, Vec<PathBuf>)],
+    output: &Schema,
+) -> Option<DigestState> {
+    let [(root, paths)] = read else {
+        return None;
+    };
+    let live = files.iter().find(|p| &p.path == root)?;
+    let fingerprint =
+        idem_io::manifest::schema_fingerprint(&idem_io::manifest::describe_schema(output, &[]));
+    if live.manifest.as_ref()?.schema_fingerprint != fingerprint {
+        return None;
+    }
+    let mut sum = DigestState::default();
+    for path in paths {
+        let entry = live
+            .files
+            .iter()
+            .find(|f| &f.path == path)?
+            .entry
+            .as_ref()?;
+        sum.merge(DigestState::from_parts(entry.rows, entry.sum.as_deref()?)?);
+    }
+    Some(sum)
 }
 
 /// The changes, as the merged output's last input: a stream that gives each batch up
@@ -420,6 +501,8 @@ pub async fn prepare(
 struct ChangesOnce {
     schema: SchemaRef,
     batches: std::sync::Mutex<Option<Vec<RecordBatch>>>,
+    /// Where each batch is recorded as rows put in, when the digest is derived.
+    added: Option<Arc<Difference>>,
 }
 
 impl PartitionStream for ChangesOnce {
@@ -429,8 +512,15 @@ impl PartitionStream for ChangesOnce {
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let batches = self.batches.lock().expect("changes lock").take();
+        let added = self.added.clone();
         let stream = match batches {
-            Some(batches) => futures::stream::iter(batches.into_iter().map(Ok)).left_stream(),
+            Some(batches) => futures::stream::iter(batches.into_iter().map(move |b| {
+                if let Some(rows) = &added {
+                    rows.add(digest_batch(&b));
+                }
+                Ok(b)
+            }))
+            .left_stream(),
             None => futures::stream::once(async {
                 Err(datafusion::error::DataFusionError::Internal(
                     "a merge's changes were read twice".into(),
@@ -537,6 +627,19 @@ impl ChangedKeys {
         arrow::compute::cast(&keys, schema.field_with_name(key)?.data_type())
     }
 
+    /// Whether each of `keys` is a changed key (never for NULL).
+    fn hits(&self, keys: &ArrayRef) -> arrow::error::Result<BooleanArray> {
+        let keys = arrow::compute::cast(keys, &DataType::Int64)?;
+        let keys = keys.as_primitive::<Int64Type>();
+        let values = keys.values();
+        let hit = BooleanBuffer::collect_bool(values.len(), |i| self.contains(values[i]));
+        let hit = match keys.nulls() {
+            Some(valid) => &hit & valid.inner(),
+            None => hit,
+        };
+        Ok(BooleanArray::new(hit, None))
+    }
+
     fn contains(&self, v: i64) -> bool {
         let d = v.wrapping_sub(self.min) as u64;
         usize::try_from(d / 64)
@@ -580,15 +683,90 @@ impl ScalarUDFImpl for ChangedKeys {
         args: ScalarFunctionArgs,
     ) -> datafusion::common::Result<ColumnarValue> {
         let keys = args.args[0].to_array(args.number_rows)?;
-        let keys = arrow::compute::cast(&keys, &DataType::Int64)?;
-        let keys = keys.as_primitive::<Int64Type>();
-        let values = keys.values();
-        let hit = BooleanBuffer::collect_bool(values.len(), |i| self.contains(values[i]));
-        let hit = match keys.nulls() {
-            Some(valid) => &hit & valid.inner(),
-            None => hit,
-        };
-        Ok(ColumnarValue::Array(Arc::new(BooleanArray::new(hit, None))))
+        Ok(ColumnarValue::Array(Arc::new(self.hits(&keys)?)))
+    }
+}
+
+/// The name the merge registers its `DroppedRows` under.
+const DROPPED_ROWS: &str = "__idem_drop_changed";
+
+/// `__idem_drop_changed(c_0, …, c_n)`, over every column of a row of the table: whether
+/// its key is a changed key, as `__idem_changed_key`; the rows it answers `true` for are
+/// the rows the merge drops, and it records them as taken out of the files read. With
+/// the changes recorded as put in, that gives the digest of the new rows without
+/// hashing the rows kept, which are most (W4: 0.9 M rows hashed instead of 5.5 M).
+/// Volatile: evaluated once per row read, never folded or repeated; the writer checks
+/// that the rows it was given are as many as the files' less those dropped plus those
+/// added.
+#[derive(Debug)]
+struct DroppedRows {
+    signature: Signature,
+    keys: Arc<ChangedKeys>,
+    /// The key's position among the columns.
+    key: usize,
+    rows: Arc<Difference>,
+}
+
+impl DroppedRows {
+    fn new(
+        keys: Arc<ChangedKeys>,
+        rows: Arc<Difference>,
+        schema: &Schema,
+        key: &str,
+    ) -> arrow::error::Result<Self> {
+        let types = schema.fields().iter().map(|f| f.data_type().clone());
+        Ok(Self {
+            signature: Signature::exact(types.collect(), Volatility::Volatile),
+            keys,
+            key: schema.index_of(key)?,
+            rows,
+        })
+    }
+}
+
+// One instance per merge: equal only to itself.
+impl PartialEq for DroppedRows {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for DroppedRows {}
+
+impl std::hash::Hash for DroppedRows {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key.hash(state);
+    }
+}
+
+impl ScalarUDFImpl for DroppedRows {
+    fn name(&self) -> &str {
+        DROPPED_ROWS
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::common::Result<ColumnarValue> {
+        let columns = ColumnarValue::values_to_arrays(&args.args)?;
+        let hit = self.keys.hits(&columns[self.key])?;
+        let dropped = hit.true_count();
+        if dropped > 0 {
+            let rows = columns
+                .iter()
+                .map(|c| arrow::compute::filter(c, &hit))
+                .collect::<arrow::error::Result<Vec<_>>>()?;
+            self.rows.remove(digest_columns(&rows, dropped));
+        }
+        Ok(ColumnarValue::Array(Arc::new(hit)))
     }
 }
 
@@ -1060,6 +1238,7 @@ mod tests {
         let once = ChangesOnce {
             schema,
             batches: std::sync::Mutex::new(Some(batches.clone())),
+            added: None,
         };
         let ctx = Arc::new(TaskContext::default());
         let first: Vec<RecordBatch> = once.execute(Arc::clone(&ctx)).try_collect().await.unwrap();

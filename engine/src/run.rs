@@ -666,7 +666,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     // A merge reads the table under the table's write lock and rewrites what it affects.
     let mut merge_inputs = None;
     let mut merge_stats = None;
-    let mut kept = BTreeMap::new();
+    let mut kept = Kept::default();
     let mut versions: Option<BTreeMap<PartitionPath, Option<u64>>> = None;
     let (df, merge_affected, _merge_lock) = if job.target.mode == Mode::Merge {
         observer.phase("merging");
@@ -697,7 +697,10 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         };
         merge_inputs = Some(m.inputs);
         merge_stats = Some(m.stats);
-        kept = m.kept;
+        kept = Kept {
+            files: m.kept,
+            derived: m.derived,
+        };
         if table.as_local().is_none() {
             // Object stores: the lock is a lease; the versions read fence the publish.
             versions = Some(m.versions);
@@ -962,8 +965,15 @@ async fn drive<T: Send + 'static>(
     consumed
 }
 
-/// Per partition, the live files a merge carries over and its new manifest generation.
-type Kept = BTreeMap<PartitionPath, (Vec<KeptFile>, u64)>;
+/// What a merge carries into the partitions it rewrites.
+#[derive(Default)]
+struct Kept {
+    /// Per partition, the live files carried over and the new manifest's generation.
+    files: BTreeMap<PartitionPath, (Vec<KeptFile>, u64)>,
+    /// Per partition, the digest of the rows written, derived by the merge from what
+    /// it took out of and put into files whose sums are known.
+    derived: BTreeMap<PartitionPath, Arc<idem_io::digest::Difference>>,
+}
 
 fn new_writer(
     table: &dyn CommitBackend,
@@ -984,8 +994,11 @@ fn new_writer(
         opts.clone(),
     )
     .map_err(storage)?;
-    if let Some((files, generation)) = kept.get(p) {
+    if let Some((files, generation)) = kept.files.get(p) {
         w.keep(files.clone(), *generation).map_err(storage)?;
+    }
+    if let Some(rows) = kept.derived.get(p) {
+        w.derive_digest(Arc::clone(rows));
     }
     Ok(w)
 }

@@ -44,6 +44,23 @@ impl DigestState {
         self.merge(digest_batch(batch));
     }
 
+    /// `rows` rows counted but not hashed: a [`Difference`] supplies their sum.
+    pub(crate) fn unhashed(rows: usize) -> Self {
+        Self {
+            rows: rows as u64,
+            sum: 0,
+        }
+    }
+
+    /// Takes the rows of `other` away; `None` if it has more rows than these. For the
+    /// result to be a digest, `other`'s rows must be some of these.
+    pub fn without(self, other: DigestState) -> Option<Self> {
+        Some(Self {
+            rows: self.rows.checked_sub(other.rows)?,
+            sum: self.sum.wrapping_sub(other.sum),
+        })
+    }
+
     /// The running sum as 32 hex digits, recorded per file in the manifest so a merge
     /// that keeps a file can add it to the new partition's digest without reading it.
     pub fn sum_hex(&self) -> String {
@@ -74,11 +91,51 @@ pub fn check_schema(schema: &arrow::datatypes::Schema) -> Result<()> {
     Ok(())
 }
 
+/// The digest of rows that replace some of the rows of files whose sums are known, found
+/// without hashing the rows kept: the files' sums, less the rows taken out, plus the
+/// rows put in. A merge rewriting files records which rows it drops and which it adds,
+/// so the writer hashes a tenth of the rows instead of all (see
+/// [`crate::writer::PartitionWriter::derive_digest`]). Shared by the threads that
+/// report rows; read once every row is reported.
+#[derive(Debug)]
+pub struct Difference {
+    /// (rows of the files plus rows put in, rows taken out)
+    state: std::sync::Mutex<(DigestState, DigestState)>,
+}
+
+impl Difference {
+    /// `files`: the state of the files whose rows are rewritten (from their sums).
+    pub fn new(files: DigestState) -> Self {
+        Self {
+            state: std::sync::Mutex::new((files, DigestState::default())),
+        }
+    }
+
+    /// Records rows put in.
+    pub fn add(&self, rows: DigestState) {
+        self.state.lock().expect("digest lock").0.merge(rows);
+    }
+
+    /// Records rows of the files taken out.
+    pub fn remove(&self, rows: DigestState) {
+        self.state.lock().expect("digest lock").1.merge(rows);
+    }
+
+    /// The state of the rows left; `None` if more rows were taken out than there were.
+    pub fn total(&self) -> Option<DigestState> {
+        let (plus, minus) = *self.state.lock().expect("digest lock");
+        plus.without(minus)
+    }
+}
+
 /// The digest state of one batch. Columns are hashed in parallel on rayon.
 pub fn digest_batch(batch: &RecordBatch) -> DigestState {
-    let rows = batch.num_rows();
-    let per_column: Vec<Vec<u64>> = batch
-        .columns()
+    digest_columns(batch.columns(), batch.num_rows())
+}
+
+/// The digest state of `rows` rows given as columns (the data columns, in order).
+pub fn digest_columns(columns: &[arrow::array::ArrayRef], rows: usize) -> DigestState {
+    let per_column: Vec<Vec<u64>> = columns
         .par_iter()
         .enumerate()
         .map(|(j, col)| column_hashes(col.as_ref(), j as u64))

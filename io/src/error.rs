@@ -67,6 +67,9 @@ pub enum Error {
     )]
     Conflict { partition: String },
 
+    #[error("the digest of partition {partition} could not be derived: {reason}")]
+    Digest { partition: String, reason: String },
+
     #[error("storage URL {url}: {reason}")]
     Url { url: String, reason: String },
 
