@@ -7,6 +7,7 @@ pub mod canonical;
 pub mod commit;
 pub mod digest;
 pub mod durable;
+mod encode;
 mod error;
 pub mod failpoint;
 pub mod hive;

@@ -1,7 +1,8 @@
 //! The streaming Parquet writer of one partition.
 //!
-//! Rows arrive batch by batch and are encoded at once, column chunks in parallel on
-//! rayon, while the content digest is computed beside them; only the encoded pages of
+//! Rows arrive batch by batch and are encoded at once, each column in order on rayon,
+//! the columns of successive batches in parallel (see encode.rs), while the content
+//! digest is computed beside them; only the encoded pages of
 //! the current row group are held in memory, so a partition larger than memory is
 //! written in bounded space. Files roll at a target size. Footers are written last,
 //! when the partition is complete, because every file's footer carries the manifest
@@ -15,15 +16,16 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowSchemaConverter;
-use parquet::arrow::arrow_writer::{ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves};
+use parquet::arrow::arrow_writer::{ArrowRowGroupWriterFactory, compute_leaves};
 use parquet::basic::Compression;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{WriterProperties, WriterPropertiesPtr};
 use parquet::file::writer::SerializedFileWriter;
 use rayon::prelude::*;
 
-use crate::digest::{Difference, DigestState, digest_batch};
+use crate::digest::{Difference, DigestState};
 use crate::durable;
+use crate::encode::RowGroupEncoder;
 use crate::error::{Error, Result};
 use crate::hive::PartitionPath;
 use crate::manifest::{
@@ -239,11 +241,6 @@ pub struct KeptFile {
     pub entry: FileEntry,
 }
 
-struct RowGroup {
-    columns: Vec<ArrowColumnWriter>,
-    rows: usize,
-}
-
 /// Writes one partition's data files into a staging directory.
 pub struct PartitionWriter {
     partition: PartitionPath,
@@ -256,7 +253,7 @@ pub struct PartitionWriter {
     /// Whether the first batch has set which columns are written without a dictionary.
     dictionary_decided: bool,
     current: Option<(OpenFile, ArrowRowGroupWriterFactory)>,
-    row_group: Option<RowGroup>,
+    row_group: Option<RowGroupEncoder>,
     /// The number of Parquet leaf columns of each field.
     leaves: Vec<usize>,
     digest: DigestState,
@@ -368,32 +365,20 @@ impl PartitionWriter {
     }
 
     pub fn rows(&self) -> u64 {
-        self.digest.rows()
+        self.digest.rows() + self.row_group.as_ref().map_or(0, |rg| rg.rows as u64)
     }
 
     /// Encoded bytes so far, including the buffered row group.
     pub fn bytes(&self) -> u64 {
         let done: u64 = self.done.iter().map(|f| f.bytes).sum();
         let cur = self.current.as_ref().map(|(f, _)| f.bytes).unwrap_or(0);
-        let buffered: usize = self
-            .row_group
-            .as_ref()
-            .map(|rg| {
-                rg.columns
-                    .iter()
-                    .map(|c| c.get_estimated_total_bytes())
-                    .sum()
-            })
-            .unwrap_or(0);
+        let buffered = self.row_group.as_ref().map_or(0, |rg| rg.estimated_bytes());
         done + cur + buffered as u64
     }
 
     /// Memory held by the buffered row group.
     pub fn buffered_memory(&self) -> usize {
-        self.row_group
-            .as_ref()
-            .map(|rg| rg.columns.iter().map(|c| c.memory_size()).sum())
-            .unwrap_or(0)
+        self.row_group.as_ref().map_or(0, |rg| rg.memory())
     }
 
     fn err(&self) -> impl Fn(parquet::errors::ParquetError) -> Error + '_ {
@@ -440,47 +425,13 @@ impl PartitionWriter {
     }
 
     fn write_to_row_group(&mut self, batch: &RecordBatch) -> Result<()> {
-        let partition = self.partition.to_string();
-        let rg = self.row_group.as_mut().expect("row group started");
-        // Each column, with the writers of its leaves, is one task: its levels are
-        // computed there too, not on this thread while the pool waits.
-        let mut writers = rg.columns.as_mut_slice();
-        let mut columns = Vec::with_capacity(batch.num_columns());
-        for ((field, array), &n) in self
-            .schema
-            .fields()
-            .iter()
-            .zip(batch.columns())
-            .zip(&self.leaves)
-        {
-            let (mine, rest) = std::mem::take(&mut writers).split_at_mut(n);
-            writers = rest;
-            columns.push((field, array, mine));
-        }
-        let encode = || {
-            columns
-                .into_par_iter()
-                .try_for_each(|(field, array, writers)| {
-                    let leaves = compute_leaves(field, array)?;
-                    writers
-                        .iter_mut()
-                        .zip(&leaves)
-                        .try_for_each(|(w, leaf)| w.write(leaf))
-                })
-        };
         // The first file's digest is derived when a `Difference` gives it.
-        let (encoded, digest) = if self.derived.is_some() && self.done.is_empty() {
-            (encode(), DigestState::unhashed(batch.num_rows()))
-        } else {
-            rayon::join(encode, || digest_batch(batch))
-        };
-        encoded.map_err(|source| Error::Parquet { partition, source })?;
-        rg.rows += batch.num_rows();
-        self.digest.merge(digest);
-        if let Some((file, _)) = self.current.as_mut() {
-            file.digest.merge(digest);
-        }
-        Ok(())
+        let hash = self.derived.is_none() || !self.done.is_empty();
+        let rg = self.row_group.as_mut().expect("row group started");
+        rg.push(batch, hash).map_err(|source| Error::Parquet {
+            partition: self.partition.to_string(),
+            source,
+        })
     }
 
     fn start_row_group(&mut self) -> Result<()> {
@@ -491,7 +442,11 @@ impl PartitionWriter {
         let index = file.row_groups;
         file.row_groups += 1;
         let columns = factory.create_column_writers(index).map_err(self.err())?;
-        self.row_group = Some(RowGroup { columns, rows: 0 });
+        self.row_group = Some(RowGroupEncoder::new(
+            self.schema.fields(),
+            columns,
+            &self.leaves,
+        ));
         Ok(())
     }
 
@@ -541,17 +496,20 @@ impl PartitionWriter {
             return Ok(());
         };
         let partition = self.partition.to_string();
-        let chunks: Vec<_> = rg
-            .columns
+        let rows = rg.rows;
+        let (columns, digest) = rg.finish().map_err(self.err())?;
+        let chunks: Vec<_> = columns
             .into_par_iter()
             .map(|c| c.close())
             .collect::<Result<_, _>>()
             .map_err(self.err())?;
+        self.digest.merge(digest);
         let (file, _) = self.current.as_mut().expect("file open");
+        file.digest.merge(digest);
         file.writer()?; // the previous row group is in the file
         let mut writer = file.writer.take().expect("writer ready");
         file.bytes += chunks.iter().map(|c| c.close().bytes_written).sum::<u64>();
-        file.rows += rg.rows as u64;
+        file.rows += rows as u64;
         let append = move || -> Result<FileWriter> {
             let err = |source| Error::Parquet { partition, source };
             let append = |writer: &mut FileWriter| {
@@ -730,6 +688,7 @@ fn plain_schema(schema: &Schema) -> Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::digest::digest_batch;
     use crate::manifest::{describe_schema, read_from_file};
     use arrow::array::{ArrayRef, Int64Array, StringArray};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;

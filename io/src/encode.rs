@@ -1,0 +1,240 @@
+//! The column writers of one row group, encoding on rayon with no barrier per batch.
+//!
+//! Encoding a batch column by column in parallel and waiting for every column before
+//! taking the next batch leaves a core idle while the slowest column finishes (one
+//! string column can take a third of a batch's work), and the query threads that
+//! could use it wait for the writer's queue to drain: on two cores, a write ran at
+//! about 80% of both. Here each field is a queue of arrays drained in order by at
+//! most one rayon task at a time, so the fields of the next batches are encoded while
+//! the slowest field of this one is; the writer waits only when a few batches are
+//! queued (memory stays bounded) and when the row group closes.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::FieldRef;
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::arrow_writer::{ArrowColumnWriter, compute_leaves};
+use parquet::errors::ParquetError;
+
+use crate::digest::{DigestState, digest_batch};
+
+/// Batches queued at most before [`RowGroupEncoder::push`] waits.
+const QUEUED_BATCHES: usize = 3;
+
+pub(crate) struct RowGroupEncoder {
+    fields: Vec<Arc<FieldEncoder>>,
+    /// Arrays (and digests) queued or being encoded.
+    pending: Arc<Pending>,
+    /// The digest of the rows pushed so far (those counted only, and those hashed).
+    digest: Arc<Mutex<DigestState>>,
+    /// Rows pushed.
+    pub rows: usize,
+}
+
+/// One field's writers (one per Parquet leaf) and the arrays waiting for them.
+struct FieldEncoder {
+    field: FieldRef,
+    state: Mutex<FieldState>,
+}
+
+struct FieldState {
+    /// `None` while a task encodes.
+    writers: Option<Vec<ArrowColumnWriter>>,
+    queue: VecDeque<ArrayRef>,
+    /// Whether a task drains the queue.
+    running: bool,
+    /// The first error; the field encodes nothing more after it.
+    error: Option<ParquetError>,
+    /// The writers' memory and estimated encoded size after the last array.
+    memory: usize,
+    bytes: usize,
+}
+
+/// A count of work not yet done, and a wait for it to go down.
+#[derive(Default)]
+struct Pending {
+    count: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl Pending {
+    fn add(&self, n: usize) {
+        *self.count.lock().expect("pending lock") += n;
+    }
+
+    fn done(&self, n: usize) {
+        *self.count.lock().expect("pending lock") -= n;
+        self.changed.notify_all();
+    }
+
+    /// Waits until at most `n` are pending.
+    fn wait_until_at_most(&self, n: usize) {
+        let count = self.count.lock().expect("pending lock");
+        drop(
+            self.changed
+                .wait_while(count, |c| *c > n)
+                .expect("pending lock"),
+        );
+    }
+}
+
+impl FieldEncoder {
+    fn state(&self) -> MutexGuard<'_, FieldState> {
+        self.state.lock().expect("field encoder lock")
+    }
+
+    /// Encodes the queued arrays in order, until the queue is empty.
+    fn drain(self: Arc<Self>, pending: Arc<Pending>) {
+        loop {
+            let (array, mut writers) = {
+                let mut state = self.state();
+                let Some(array) = state.queue.pop_front() else {
+                    state.running = false;
+                    return;
+                };
+                (array, state.writers.take().expect("one task per field"))
+            };
+            let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let leaves = compute_leaves(&self.field, &array)?;
+                writers
+                    .iter_mut()
+                    .zip(&leaves)
+                    .try_for_each(|(w, leaf)| w.write(leaf))
+            }))
+            .unwrap_or_else(|_| {
+                Err(ParquetError::General(format!(
+                    "encoding column `{}` panicked",
+                    self.field.name()
+                )))
+            });
+            let mut state = self.state();
+            state.memory = writers.iter().map(|w| w.memory_size()).sum();
+            state.bytes = writers.iter().map(|w| w.get_estimated_total_bytes()).sum();
+            state.writers = Some(writers);
+            let mut finished = 1;
+            if let Err(e) = encoded {
+                state.error.get_or_insert(e);
+                finished += state.queue.len();
+                state.queue.clear();
+            }
+            drop(state);
+            pending.done(finished);
+        }
+    }
+}
+
+impl RowGroupEncoder {
+    /// `writers` are the row group's leaf writers in schema order; `leaves` the number
+    /// of leaves of each field of `fields`.
+    pub(crate) fn new(
+        fields: &[FieldRef],
+        writers: Vec<ArrowColumnWriter>,
+        leaves: &[usize],
+    ) -> Self {
+        let mut writers = writers.into_iter();
+        let fields = fields
+            .iter()
+            .zip(leaves)
+            .map(|(field, &n)| {
+                Arc::new(FieldEncoder {
+                    field: Arc::clone(field),
+                    state: Mutex::new(FieldState {
+                        writers: Some(writers.by_ref().take(n).collect()),
+                        queue: VecDeque::new(),
+                        running: false,
+                        error: None,
+                        memory: 0,
+                        bytes: 0,
+                    }),
+                })
+            })
+            .collect();
+        Self {
+            fields,
+            pending: Arc::default(),
+            digest: Arc::default(),
+            rows: 0,
+        }
+    }
+
+    /// Queues `batch` for encoding (and, when `hash`, for the digest; otherwise its
+    /// rows are only counted). Waits while several batches are queued. Returns the
+    /// first encoding error met so far.
+    pub(crate) fn push(&mut self, batch: &RecordBatch, hash: bool) -> Result<(), ParquetError> {
+        let per_batch = self.fields.len() + 1;
+        self.pending
+            .wait_until_at_most(per_batch * (QUEUED_BATCHES - 1));
+        self.first_error()?;
+        self.rows += batch.num_rows();
+        if hash {
+            self.pending.add(1);
+            let (digest, pending, batch) = (
+                Arc::clone(&self.digest),
+                Arc::clone(&self.pending),
+                batch.clone(),
+            );
+            rayon::spawn(move || {
+                let d = digest_batch(&batch);
+                digest.lock().expect("digest lock").merge(d);
+                pending.done(1);
+            });
+        } else {
+            self.digest
+                .lock()
+                .expect("digest lock")
+                .merge(DigestState::unhashed(batch.num_rows()));
+        }
+        for (field, array) in self.fields.iter().zip(batch.columns()) {
+            self.pending.add(1);
+            let mut state = field.state();
+            state.queue.push_back(Arc::clone(array));
+            if !state.running {
+                state.running = true;
+                let (field, pending) = (Arc::clone(field), Arc::clone(&self.pending));
+                rayon::spawn(move || field.drain(pending));
+            }
+        }
+        Ok(())
+    }
+
+    fn first_error(&self) -> Result<(), ParquetError> {
+        for field in &self.fields {
+            if let Some(e) = field.state().error.take() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Memory held by the writers, as of the arrays encoded so far.
+    pub(crate) fn memory(&self) -> usize {
+        self.fields.iter().map(|f| f.state().memory).sum()
+    }
+
+    /// The writers' estimated encoded size, as of the arrays encoded so far.
+    pub(crate) fn estimated_bytes(&self) -> usize {
+        self.fields.iter().map(|f| f.state().bytes).sum()
+    }
+
+    /// Waits for every queued array, and gives back the writers, in schema order, and
+    /// the digest of the rows pushed.
+    pub(crate) fn finish(self) -> Result<(Vec<ArrowColumnWriter>, DigestState), ParquetError> {
+        self.pending.wait_until_at_most(0);
+        self.first_error()?;
+        let mut writers = Vec::new();
+        for field in &self.fields {
+            writers.extend(field.state().writers.take().expect("no task left"));
+        }
+        let digest = *self.digest.lock().expect("digest lock");
+        Ok((writers, digest))
+    }
+}
+
+impl Drop for RowGroupEncoder {
+    /// An abandoned row group's tasks finish before its writer goes.
+    fn drop(&mut self) {
+        self.pending.wait_until_at_most(0);
+    }
+}
