@@ -496,7 +496,7 @@ fn sigkill_at_random_moments_ends_clean() {
         // How long an undisturbed run takes, to spread the kills over all of it: the
         // fastest of three that each rewrite the month (B, A, B), so one run slowed by
         // other tests does not push most kills past the end of a run.
-        let full = [true, false, true]
+        let mut full = [true, false, true]
             .into_iter()
             .map(|b| {
                 if b {
@@ -531,13 +531,22 @@ fn sigkill_at_random_moments_ends_clean() {
                 killed_mid_run += 1;
             }
             let context = format!("kill {i} after {delay:?}");
-            for (p, d) in &t.digests() {
+            let digests = t.digests();
+            for (p, d) in &digests {
                 assert!(
                     d == &old[p] || d == &new[p],
                     "{backend:?} {context}: {p} is neither"
                 );
             }
+            // A run that repairs a table left all old rewrites the month undisturbed:
+            // the calibration follows such runs down once the other tests that slowed
+            // the first ones are done.
+            let all_old = digests.iter().all(|(p, d)| d == &old[p]);
+            let start = Instant::now();
             t.run_ok(&t.job);
+            if all_old {
+                full = full.min(start.elapsed().as_micros() as u64);
+            }
             t.assert_clean(new, &context);
             to_b = !to_b;
         }
