@@ -383,7 +383,7 @@ pub async fn prepare(
         &changed_keys,
         partition_by.is_empty() && scope.is_none() && owned.is_empty(),
     ) {
-        (Some(keys), true) => rewritten_sum(&files, &read, output)
+        (Some(keys), true) => rewritten_sum(&files, &read, output, local)
             .map(|sum| (Arc::clone(keys), Arc::new(Difference::new(sum)))),
         _ => None,
     };
@@ -467,13 +467,19 @@ fn columns_of(schema: &Schema, prefix: &str) -> Vec<String> {
 }
 
 /// The digest state of the unpartitioned table's files the merge rewrites, from their
-/// manifest sums; `None` unless every one has a sum and the live manifest's schema is
-/// the output's (a row read back then hashes as it did when written).
+/// manifest sums; `None` unless every one has a sum and was written with the output's
+/// schema, as its footer's manifest says (a row read back then hashes as it did when
+/// written; a file kept across a schema change carries its old schema). The footers
+/// are read on local disk only: on an object store every row is hashed.
 fn rewritten_sum(
     files: &[LivePartition],
     read: &[(PartitionPath, Vec<PathBuf>)],
     output: &Schema,
+    local: bool,
 ) -> Option<DigestState> {
+    if !local {
+        return None;
+    }
     let [(root, paths)] = read else {
         return None;
     };
@@ -491,6 +497,10 @@ fn rewritten_sum(
             .find(|f| &f.path == path)?
             .entry
             .as_ref()?;
+        let written = idem_io::manifest::read_from_file(path).ok()??;
+        if written.schema_fingerprint != fingerprint {
+            return None;
+        }
         sum.merge(DigestState::from_parts(entry.rows, entry.sum.as_deref()?)?);
     }
     Some(sum)

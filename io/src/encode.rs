@@ -6,10 +6,12 @@
 //! could use it wait for the writer's queue to drain: on two cores, a write ran at
 //! about 80% of both. Here each field is a queue of arrays drained in order by at
 //! most one rayon task at a time, so the fields of the next batches are encoded while
-//! the slowest field of this one is; the writer waits only when a few batches are
-//! queued (memory stays bounded) and when the row group closes.
+//! the slowest field of this one is; a writer waits only when a few batches are
+//! queued, across all the partitions being written (memory stays bounded however many
+//! there are), and when its row group closes.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use arrow::array::ArrayRef;
@@ -20,13 +22,42 @@ use parquet::errors::ParquetError;
 
 use crate::digest::{DigestState, digest_batch};
 
-/// Batches queued at most before [`RowGroupEncoder::push`] waits.
-const QUEUED_BATCHES: usize = 3;
+/// Batches queued at most, across every row group being encoded in the process,
+/// before [`RowGroupEncoder::push`] waits.
+const QUEUED_BATCHES: usize = 4;
+
+/// Batches pushed and not yet wholly encoded, in the whole process.
+static QUEUED: Pending = Pending {
+    count: Mutex::new(0),
+    changed: Condvar::new(),
+};
+
+/// A batch's hold on [`QUEUED`], shared by its arrays and its digest: released when
+/// the last of them is done.
+struct Queued;
+
+impl Queued {
+    fn new() -> Arc<Self> {
+        QUEUED.wait_until_at_most(QUEUED_BATCHES - 1);
+        QUEUED.add(1);
+        Arc::new(Queued)
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        QUEUED.done(1);
+    }
+}
 
 pub(crate) struct RowGroupEncoder {
     fields: Vec<Arc<FieldEncoder>>,
     /// Arrays (and digests) queued or being encoded.
     pending: Arc<Pending>,
+    /// The digest task's error.
+    digest_error: Arc<Mutex<Option<ParquetError>>>,
+    /// Whether an error was returned: the row group is unusable after it.
+    failed: AtomicBool,
     /// The digest of the rows pushed so far (those counted only, and those hashed).
     digest: Arc<Mutex<DigestState>>,
     /// Rows pushed.
@@ -42,11 +73,12 @@ struct FieldEncoder {
 struct FieldState {
     /// `None` while a task encodes.
     writers: Option<Vec<ArrowColumnWriter>>,
-    queue: VecDeque<ArrayRef>,
+    queue: VecDeque<(ArrayRef, Arc<Queued>)>,
     /// Whether a task drains the queue.
     running: bool,
-    /// The first error; the field encodes nothing more after it.
+    /// The first error, until reported; the field encodes nothing after it.
     error: Option<ParquetError>,
+    failed: bool,
     /// The writers' memory and estimated encoded size after the last array.
     memory: usize,
     bytes: usize,
@@ -85,16 +117,23 @@ impl FieldEncoder {
         self.state.lock().expect("field encoder lock")
     }
 
-    /// Encodes the queued arrays in order, until the queue is empty.
+    /// Encodes the queued arrays in order, until the queue is empty. After an error,
+    /// the arrays left are dropped unencoded.
     fn drain(self: Arc<Self>, pending: Arc<Pending>) {
         loop {
-            let (array, mut writers) = {
+            let (array, queued, mut writers) = {
                 let mut state = self.state();
-                let Some(array) = state.queue.pop_front() else {
+                let Some((array, queued)) = state.queue.pop_front() else {
                     state.running = false;
                     return;
                 };
-                (array, state.writers.take().expect("one task per field"))
+                if state.failed {
+                    drop(state);
+                    pending.done(1);
+                    continue;
+                }
+                let writers = state.writers.take().expect("one task per field");
+                (array, queued, writers)
             };
             let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let leaves = compute_leaves(&self.field, &array)?;
@@ -113,14 +152,13 @@ impl FieldEncoder {
             state.memory = writers.iter().map(|w| w.memory_size()).sum();
             state.bytes = writers.iter().map(|w| w.get_estimated_total_bytes()).sum();
             state.writers = Some(writers);
-            let mut finished = 1;
             if let Err(e) = encoded {
                 state.error.get_or_insert(e);
-                finished += state.queue.len();
-                state.queue.clear();
+                state.failed = true;
             }
             drop(state);
-            pending.done(finished);
+            drop(queued);
+            pending.done(1);
         }
     }
 }
@@ -145,6 +183,7 @@ impl RowGroupEncoder {
                         queue: VecDeque::new(),
                         running: false,
                         error: None,
+                        failed: false,
                         memory: 0,
                         bytes: 0,
                     }),
@@ -154,30 +193,40 @@ impl RowGroupEncoder {
         Self {
             fields,
             pending: Arc::default(),
+            digest_error: Arc::default(),
+            failed: AtomicBool::new(false),
             digest: Arc::default(),
             rows: 0,
         }
     }
 
     /// Queues `batch` for encoding (and, when `hash`, for the digest; otherwise its
-    /// rows are only counted). Waits while several batches are queued. Returns the
-    /// first encoding error met so far.
+    /// rows are only counted). Waits while several batches are queued in the process.
+    /// Returns the first encoding error met so far.
     pub(crate) fn push(&mut self, batch: &RecordBatch, hash: bool) -> Result<(), ParquetError> {
-        let per_batch = self.fields.len() + 1;
-        self.pending
-            .wait_until_at_most(per_batch * (QUEUED_BATCHES - 1));
         self.first_error()?;
+        let queued = Queued::new();
         self.rows += batch.num_rows();
         if hash {
             self.pending.add(1);
-            let (digest, pending, batch) = (
+            let (digest, error, pending, batch, queued) = (
                 Arc::clone(&self.digest),
+                Arc::clone(&self.digest_error),
                 Arc::clone(&self.pending),
                 batch.clone(),
+                Arc::clone(&queued),
             );
             rayon::spawn(move || {
-                let d = digest_batch(&batch);
-                digest.lock().expect("digest lock").merge(d);
+                let hashed =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| digest_batch(&batch)));
+                match hashed {
+                    Ok(d) => digest.lock().expect("digest lock").merge(d),
+                    Err(_) => {
+                        let e = ParquetError::General("computing the digest panicked".into());
+                        error.lock().expect("digest lock").get_or_insert(e);
+                    }
+                }
+                drop(queued);
                 pending.done(1);
             });
         } else {
@@ -189,7 +238,9 @@ impl RowGroupEncoder {
         for (field, array) in self.fields.iter().zip(batch.columns()) {
             self.pending.add(1);
             let mut state = field.state();
-            state.queue.push_back(Arc::clone(array));
+            state
+                .queue
+                .push_back((Arc::clone(array), Arc::clone(&queued)));
             if !state.running {
                 state.running = true;
                 let (field, pending) = (Arc::clone(field), Arc::clone(&self.pending));
@@ -199,13 +250,23 @@ impl RowGroupEncoder {
         Ok(())
     }
 
+    /// The first error of a field or of the digest, once; after it, an error that
+    /// says the row group failed.
     fn first_error(&self) -> Result<(), ParquetError> {
-        for field in &self.fields {
-            if let Some(e) = field.state().error.take() {
-                return Err(e);
-            }
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(ParquetError::General(
+                "the row group failed to encode earlier".into(),
+            ));
         }
-        Ok(())
+        let digest = self.digest_error.lock().expect("digest lock").take();
+        let first = digest.or_else(|| self.fields.iter().find_map(|f| f.state().error.take()));
+        match first {
+            Some(e) => {
+                self.failed.store(true, Ordering::Relaxed);
+                Err(e)
+            }
+            None => Ok(()),
+        }
     }
 
     /// Memory held by the writers, as of the arrays encoded so far.

@@ -368,7 +368,8 @@ impl PartitionWriter {
         self.digest.rows() + self.row_group.as_ref().map_or(0, |rg| rg.rows as u64)
     }
 
-    /// Encoded bytes so far, including the buffered row group.
+    /// Encoded bytes so far, including the buffered row group as of the batches
+    /// encoded (a few more may be queued, see encode.rs).
     pub fn bytes(&self) -> u64 {
         let done: u64 = self.done.iter().map(|f| f.bytes).sum();
         let cur = self.current.as_ref().map(|(f, _)| f.bytes).unwrap_or(0);
@@ -376,7 +377,8 @@ impl PartitionWriter {
         done + cur + buffered as u64
     }
 
-    /// Memory held by the buffered row group.
+    /// Memory held by the buffered row group's writers (the few batches queued for
+    /// encoding across the process are bounded separately, see encode.rs).
     pub fn buffered_memory(&self) -> usize {
         self.row_group.as_ref().map_or(0, |rg| rg.memory())
     }

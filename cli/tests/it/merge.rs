@@ -181,6 +181,44 @@ path = "out/copy"
     }
 }
 
+/// A file kept across a schema change still holds rows of the old schema, and its
+/// recorded sum hashes them so: a merge that rewrites it hashes every row instead of
+/// deriving the digest from that sum.
+#[test]
+fn a_file_written_with_another_schema_is_hashed_not_derived() {
+    let lake = Lake::new();
+    // Sorted by key, 100 rows per file: file N holds ids 100N+1..100N+100.
+    let text = job("")
+        .replace("from changes\"", "from changes order by customer_id\"")
+        .replace(
+            "partition_by = []",
+            "row_group_rows = 100\nfile_size = \"1 KiB\"",
+        );
+    let dim = lake.job("dim", &text);
+    merge_ok(&lake, &dim, &base(&lake));
+    // A column added: the files no change touches are kept, with the old schema.
+    let wider = lake.job(
+        "wider",
+        &text
+            .replace(
+                "as signup_date from",
+                "as signup_date, cast(null as varchar) as tier from",
+            )
+            .replace("[target]", "[target]\non_schema_change = \"allow\""),
+    );
+    let merge_stats = |ch: &str| {
+        let report = merge_ok(&lake, &wider, ch);
+        report.last().unwrap()["merge"].clone()
+    };
+    let first = merge_stats(&changes(&lake, "a", &[150], &[], "DE"));
+    assert_eq!(first["files_kept"], 9, "{first}");
+    assert_eq!(first["digest_derived"], false, "{first}");
+    // The live manifest now has the new schema; file 5 was written with the old one.
+    let second = merge_stats(&changes(&lake, "b", &[550], &[], "DE"));
+    assert_eq!(second["files_read"], 1, "{second}");
+    assert_eq!(second["digest_derived"], false, "{second}");
+}
+
 #[test]
 fn partitioned_dimension_with_keys_that_move_partition() {
     let lake = Lake::new();
