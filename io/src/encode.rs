@@ -11,7 +11,6 @@
 //! there are), and when its row group closes.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use arrow::array::ArrayRef;
@@ -57,7 +56,7 @@ pub(crate) struct RowGroupEncoder {
     /// The digest task's error.
     digest_error: Arc<Mutex<Option<ParquetError>>>,
     /// Whether an error was returned: the row group is unusable after it.
-    failed: AtomicBool,
+    failed: bool,
     /// The digest of the rows pushed so far (those counted only, and those hashed).
     digest: Arc<Mutex<DigestState>>,
     /// Rows pushed.
@@ -194,7 +193,7 @@ impl RowGroupEncoder {
             fields,
             pending: Arc::default(),
             digest_error: Arc::default(),
-            failed: AtomicBool::new(false),
+            failed: false,
             digest: Arc::default(),
             rows: 0,
         }
@@ -252,8 +251,8 @@ impl RowGroupEncoder {
 
     /// The first error of a field or of the digest, once; after it, an error that
     /// says the row group failed.
-    fn first_error(&self) -> Result<(), ParquetError> {
-        if self.failed.load(Ordering::Relaxed) {
+    fn first_error(&mut self) -> Result<(), ParquetError> {
+        if self.failed {
             return Err(ParquetError::General(
                 "the row group failed to encode earlier".into(),
             ));
@@ -262,7 +261,7 @@ impl RowGroupEncoder {
         let first = digest.or_else(|| self.fields.iter().find_map(|f| f.state().error.take()));
         match first {
             Some(e) => {
-                self.failed.store(true, Ordering::Relaxed);
+                self.failed = true;
                 Err(e)
             }
             None => Ok(()),
@@ -281,7 +280,7 @@ impl RowGroupEncoder {
 
     /// Waits for every queued array, and gives back the writers, in schema order, and
     /// the digest of the rows pushed.
-    pub(crate) fn finish(self) -> Result<(Vec<ArrowColumnWriter>, DigestState), ParquetError> {
+    pub(crate) fn finish(mut self) -> Result<(Vec<ArrowColumnWriter>, DigestState), ParquetError> {
         self.pending.wait_until_at_most(0);
         self.first_error()?;
         let mut writers = Vec::new();

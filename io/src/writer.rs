@@ -348,7 +348,7 @@ impl PartitionWriter {
     /// The rows this writer will be given are the rows of live files less some the
     /// caller takes out, plus some it puts in, all reported to `rows`: their digest is
     /// `rows`' total, so the rows of the first file written are counted, not hashed
-    /// (a merge hashes only what it changes; W4: 5.5 M rows hashed down to 0.9 M). The
+    /// (a merge hashes only what it changes; W4: 5.1 M rows hashed down to 0.9 M). The
     /// rows of any later file are hashed as usual, and the first file's sum is what
     /// they leave of the total. [`Self::finish`] fails if the rows counted and the
     /// total's differ. Call before the first write.

@@ -44,6 +44,17 @@ pub fn changes(lake: &Lake, name: &str, updates: &[u64], new: &[u64], moved_to: 
     path.to_string_lossy().into_owned()
 }
 
+/// The unpartitioned dimension sorted by key, 100 rows per file: file N holds ids
+/// 100N+1..100N+100.
+fn clustered_job() -> String {
+    job("")
+        .replace("from changes\"", "from changes order by customer_id\"")
+        .replace(
+            "partition_by = []",
+            "row_group_rows = 100\nfile_size = \"1 KiB\"",
+        )
+}
+
 fn merge(lake: &Lake, job: &str, src: &str) -> std::process::Output {
     idem_in(
         lake.path(),
@@ -157,12 +168,7 @@ path = "out/copy"
             let report = merge_ok(&lake, &dim, ch);
             let m = &report.last().unwrap()["merge"];
             assert_eq!(m["digest_derived"], true, "{layout:?}: {m}");
-            let out = lake.idem(&["run", &copy, "--date", "2026-06-01"]);
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            lake.idem_ok(&["run", &copy, "--date", "2026-06-01", "--json"]);
             let merged = status_digests(&lake, lake.join("out/dim_customers").to_str().unwrap());
             let full = status_digests(&lake, lake.join("out/copy").to_str().unwrap());
             assert_eq!(merged, full, "{layout:?}, merge {i}");
@@ -187,13 +193,7 @@ path = "out/copy"
 #[test]
 fn a_file_written_with_another_schema_is_hashed_not_derived() {
     let lake = Lake::new();
-    // Sorted by key, 100 rows per file: file N holds ids 100N+1..100N+100.
-    let text = job("")
-        .replace("from changes\"", "from changes order by customer_id\"")
-        .replace(
-            "partition_by = []",
-            "row_group_rows = 100\nfile_size = \"1 KiB\"",
-        );
+    let text = clustered_job();
     let dim = lake.job("dim", &text);
     merge_ok(&lake, &dim, &base(&lake));
     // A column added: the files no change touches are kept, with the old schema.
@@ -515,13 +515,7 @@ fn parquet_files(table: &std::path::Path) -> Vec<String> {
 #[test]
 fn files_whose_key_range_holds_no_change_are_kept_not_rewritten() {
     let lake = Lake::new();
-    // Sorted by key, 100 rows per file: file N holds ids 100N+1..100N+100.
-    let text = job("\"country\"")
-        .replace("from changes\"", "from changes order by customer_id\"")
-        .replace(
-            "partition_by = [\"country\"]",
-            "row_group_rows = 100\nfile_size = \"1 KiB\"",
-        );
+    let text = clustered_job();
     let dim = lake.job("dim", &text);
     let base = base(&lake);
     merge_ok(&lake, &dim, &base);
