@@ -153,7 +153,18 @@ enum GenCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
-    match run(cli) {
+    let outcome = run(cli);
+    if idem_io::fault::armed_from_env() {
+        // For fault tests: how many storage calls the process made.
+        let stats = idem_io::fault::stats();
+        eprintln!(
+            "{}: {} storage calls, fault fired: {}",
+            idem_io::fault::ENV,
+            stats.calls,
+            stats.fired
+        );
+    }
+    match outcome {
         Ok(code) => code,
         Err(err) => {
             let engine = err.downcast_ref::<idem_engine::Error>();

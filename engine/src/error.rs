@@ -58,6 +58,13 @@ pub enum Error {
         message: String,
     },
 
+    #[error("job file {path}: [target] path {target}: {message}")]
+    Target {
+        path: PathBuf,
+        target: String,
+        message: String,
+    },
+
     #[error("job file {path}: while running the transform: {message}")]
     Execution { path: PathBuf, message: String },
 
@@ -114,6 +121,7 @@ impl Error {
                 | Error::BadVar { .. }
                 | Error::Output { .. }
                 | Error::Partition { .. }
+                | Error::Target { .. }
         )
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use idem_io::manifest::{InputFile, LiveState};
+use idem_io::manifest::{InputFile, LiveState, SourceScope};
 use idem_io::store::StorageOptions;
 
 use crate::error::{Error, Result};
@@ -55,7 +55,10 @@ pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<Parti
             && m.run.vars == vars;
         if !same_run
             || m.run.inputs.is_empty()
-            || first_changed(&m.run.inputs, &|url| job.storage_for(url).clone()).is_some()
+            || first_changed(&m.run.inputs, &m.run.sources, &|url| {
+                job.storage_for(url).clone()
+            })
+            .is_some()
         {
             return Ok(None);
         }
@@ -74,12 +77,22 @@ pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<Parti
 }
 
 /// The first recorded input that is gone or changed (size, mtime), or the first new
-/// file beside them; `None` when everything is as recorded. `opts_for` gives the
-/// storage options reaching an object-store URL.
+/// file beside them that a source of the run would read (`scopes`, as the run
+/// recorded them; without them, any file); `None` when everything is as recorded.
+/// `opts_for` gives the storage options reaching an object-store URL.
 pub fn first_changed(
     inputs: &[InputFile],
+    scopes: &BTreeMap<String, SourceScope>,
     opts_for: &dyn Fn(&str) -> StorageOptions,
 ) -> Option<String> {
+    let read = |path: &str| {
+        let name = path.rsplit('/').next().unwrap_or_default();
+        if scopes.is_empty() {
+            !name.starts_with(['.', '_'])
+        } else {
+            scopes.values().any(|s| s.reads(path))
+        }
+    };
     let mut by_dir: BTreeMap<&Path, BTreeSet<&str>> = BTreeMap::new();
     let mut idem_dirs: BTreeMap<&str, &str> = BTreeMap::new();
     let mut remote_dirs: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
@@ -127,8 +140,7 @@ pub fn first_changed(
             return Some(dir.to_string());
         };
         for u in listed {
-            let name = u.rsplit('/').next().unwrap_or_default();
-            if !name.starts_with(['.', '_']) && !urls.contains(u.as_str()) {
+            if read(&u) && !urls.contains(u.as_str()) {
                 return Some(u);
             }
         }
@@ -140,12 +152,9 @@ pub fn first_changed(
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             let is_file = e.file_type().map(|t| t.is_file()).unwrap_or(false);
-            if is_file
-                && !name.starts_with('.')
-                && !name.starts_with('_')
-                && !names.contains(name.as_str())
-            {
-                return Some(e.path().display().to_string());
+            let path = e.path().display().to_string();
+            if is_file && !names.contains(name.as_str()) && read(&path) {
+                return Some(path);
             }
         }
     }

@@ -87,6 +87,17 @@ pub enum Format {
     Json,
 }
 
+impl Format {
+    /// The suffix of the files a directory source of this format reads.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Parquet => ".parquet",
+            Format::Csv => ".csv",
+            Format::Json => ".json",
+        }
+    }
+}
+
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct TransformFile {
@@ -203,6 +214,26 @@ pub struct Target {
 }
 
 impl Job {
+    /// What each source reads, as a run's manifest records it.
+    pub fn source_scopes(&self) -> BTreeMap<String, idem_io::manifest::SourceScope> {
+        self.sources
+            .iter()
+            .map(|s| {
+                let scope = idem_io::manifest::SourceScope {
+                    path: s.path.clone(),
+                    extension: if s.path.ends_with('/') {
+                        s.extension
+                            .clone()
+                            .unwrap_or_else(|| s.format.extension().to_string())
+                    } else {
+                        String::new()
+                    },
+                };
+                (s.name.clone(), scope)
+            })
+            .collect()
+    }
+
     /// The storage options reaching `url`: those of the sources in its bucket (they
     /// all agree, see [`Job::load`]), else the job's `[storage]`.
     pub fn storage_for(&self, url: &str) -> &idem_io::store::StorageOptions {
@@ -318,6 +349,15 @@ impl Job {
                     "[target] partition_by has an empty or repeated column `{c}`"
                 )));
             }
+            // Readers skip directories named `_…` and `.…` (pyarrow, Spark, idem's
+            // own listings): such a partition column would hide every partition.
+            if c.starts_with(['_', '.']) {
+                return Err(invalid(format!(
+                    "[target] partition_by column `{c}` starts with `{}`: readers take \
+                     directories named so for hidden ones and skip them. Rename the column",
+                    &c[..1]
+                )));
+            }
         }
         if let Some(tc) = &t.time_column
             && !t.partition_by.contains(tc)
@@ -381,10 +421,18 @@ impl Job {
             writer,
         };
 
+        // Everything that decides what a run reads and writes: the job as written, its
+        // SQL (from `sql_file` too), and every path as resolved (`${NAME}` expanded,
+        // relative paths made absolute), so pointing a variable or the working
+        // directory at other data is another job to `--skip-fresh`.
         let fingerprint = {
             let mut canon = serde_json::to_string(&file).expect("job serializes");
             canon.push('\n');
             canon.push_str(&sql);
+            for s in &sources {
+                canon.push_str(&format!("\nsource {} {}", s.name, s.path));
+            }
+            canon.push_str(&format!("\ntarget {}", target.path.display()));
             format!("{:016x}", xxhash_rust::xxh3::xxh3_64(canon.as_bytes()))
         };
         Ok(Job {

@@ -20,8 +20,20 @@ pub mod session;
 mod sql;
 pub mod status;
 pub mod table;
+pub mod target;
 mod utc_date;
 pub mod verify;
 pub mod window;
 
 pub use error::{Error, Result};
+
+/// Runs `f`, which makes synchronous storage calls (waits for locks, drives
+/// object-store requests), on the runtime's blocking pool: a worker thread of the
+/// runtime never waits for anything but a future (see `idem_io::blocking`).
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(move || idem_io::blocking::allowed(f)).await {
+        Ok(out) => out,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("a blocking storage task was cancelled: {e}"),
+    }
+}

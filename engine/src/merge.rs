@@ -42,7 +42,7 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 use futures::StreamExt;
-use idem_io::commit::CommitBackend;
+use idem_io::commit::{CommitBackend, Guard, Version};
 use idem_io::digest::{Difference, DigestState, digest_batch, digest_columns};
 use idem_io::hive::PartitionPath;
 use idem_io::manifest::{LiveState, Manifest};
@@ -65,10 +65,11 @@ pub struct MergePlan {
     pub kept: BTreeMap<PartitionPath, (Vec<KeptFile>, u64)>,
     pub stats: MergeStats,
     /// The table's write lock, held until the merge is published.
-    pub lock: Option<Box<dyn std::any::Any + Send>>,
-    /// Per affected partition, the version it must still have at publish (object
-    /// stores: a fence behind the lock, whose lease could expire).
-    pub versions: BTreeMap<PartitionPath, Option<u64>>,
+    pub lock: Option<Guard>,
+    /// Per affected partition, the version it must still have at publish: the fence
+    /// against any other writer that published since the merge read it (a replace
+    /// run, which takes no write lock, or a merge whose lock lease expired).
+    pub versions: BTreeMap<PartitionPath, Option<Version>>,
     /// The source files the changes were computed from.
     pub inputs: Vec<idem_io::manifest::InputFile>,
     /// Per partition whose new rows' digest the merge derives (see `KeyTest`): the
@@ -101,7 +102,7 @@ pub async fn prepare(
     ctx: &SessionContext,
     output_df: DataFrame,
     output: &SchemaRef,
-    table: &dyn CommitBackend,
+    table: &Arc<dyn CommitBackend>,
     scope: Option<&str>,
     owned: &[PartitionPath],
 ) -> Result<MergePlan> {
@@ -113,7 +114,12 @@ pub async fn prepare(
         target: job.target.path.clone(),
         source,
     };
-    let lock = table.lock_writes().map_err(storage)?;
+    let lock = {
+        let table = Arc::clone(table);
+        crate::blocking(move || table.lock_writes())
+            .await
+            .map_err(storage)?
+    };
     let local = table.as_local().is_some();
     if !local {
         // The table's files are read from its object store.
@@ -153,7 +159,16 @@ pub async fn prepare(
     };
     let changed_keys = changed_keys.filter(|_| clean).map(Arc::new);
     // The live files, each tested against the changes' keys (when there are any).
-    let mut files = live_files(table, job.target.partition_by.len()).map_err(storage)?;
+    let mut files = {
+        let (table, depth) = (Arc::clone(table), job.target.partition_by.len());
+        crate::blocking(move || {
+            let files = live_files(table.as_ref(), depth)?;
+            idem_io::failpoint::hit("merge_read")?;
+            Ok(files)
+        })
+        .await
+        .map_err(storage)?
+    };
     if files.iter().any(|p| !p.files.is_empty()) {
         for p in files.iter_mut() {
             if !probe.partition_may_match(&p.path) {
@@ -438,7 +453,10 @@ pub async fn prepare(
     let versions = affected
         .iter()
         .map(|p| {
-            let v = files.iter().find(|f| &f.path == p).and_then(|f| f.version);
+            let v = files
+                .iter()
+                .find(|f| &f.path == p)
+                .and_then(|f| f.version.clone());
             (p.clone(), v)
         })
         .collect();
@@ -769,8 +787,8 @@ struct LivePartition {
     /// `None` when idem did not write the partition (it is then rewritten whole).
     manifest: Option<Manifest>,
     files: Vec<LiveFile>,
-    /// The version read (object stores: the marker's sequence number).
-    version: Option<u64>,
+    /// The version read before the files were.
+    version: Option<Version>,
 }
 
 struct LiveFile {
@@ -801,6 +819,27 @@ fn live_files(table: &dyn CommitBackend, depth: usize) -> idem_io::Result<Vec<Li
                 None,
                 files.into_iter().map(|f| (f, None)).collect::<Vec<_>>(),
             ),
+            // The commit's files, and Parquet another tool put beside them (as a
+            // foreign partition's are read); not files of other commits of idem's.
+            Some(LiveState::Unclean { manifest, extra }) => {
+                let listed: Vec<String> = manifest.files.iter().map(|f| f.name.clone()).collect();
+                let mut names: Vec<(PathBuf, Option<idem_io::manifest::FileEntry>)> = table
+                    .read_locations(&path, &listed)?
+                    .into_iter()
+                    .map(|at| (PathBuf::from(at), None))
+                    .collect();
+                names.extend(
+                    extra
+                        .into_iter()
+                        .filter(|f| {
+                            let name = f.file_name().unwrap_or_default().to_string_lossy();
+                            name.ends_with(".parquet")
+                                && !idem_io::commit::object::written_by_idem(&name)
+                        })
+                        .map(|f| (f, None)),
+                );
+                (None, names)
+            }
         };
         let files = names
             .into_iter()

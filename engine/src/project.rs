@@ -168,7 +168,8 @@ impl Project {
                 .live_partitions(j.target.partition_by.len())
                 .map_err(storage)?
             {
-                let Some(LiveState::Managed(m)) = table.live_state(&p).map_err(storage)? else {
+                let live = table.live_state(&p).map_err(storage)?;
+                let Some(m) = live.as_ref().and_then(LiveState::manifest) else {
                     continue;
                 };
                 for u in &ups {
@@ -179,9 +180,11 @@ impl Project {
                         .filter(|f| inside(&f.path, &u.target.path))
                         .cloned()
                         .collect();
-                    if let Some(changed) = crate::freshness::first_changed(&recorded, &|url| {
-                        j.storage_for(url).clone()
-                    }) {
+                    if let Some(changed) =
+                        crate::freshness::first_changed(&recorded, &m.run.sources, &|url| {
+                            j.storage_for(url).clone()
+                        })
+                    {
                         out.push(StalePartition {
                             job: j.name.clone(),
                             partition: p.to_string(),

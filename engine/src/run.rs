@@ -18,7 +18,7 @@ use arrow::record_batch::RecordBatch;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
 use futures::StreamExt;
-use idem_io::commit::{Checked, CommitBackend, PublishMode};
+use idem_io::commit::{Checked, CommitBackend, PublishMode, Version};
 use idem_io::digest::DigestState;
 use idem_io::failpoint;
 use idem_io::hive::PartitionPath;
@@ -230,8 +230,13 @@ pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
             });
         }
     }
-    check_live_layout(job)?;
-    check_schema_change(job, &output)?;
+    // What the target holds, listed off the async workers.
+    let (job2, output2) = (job.clone(), Arc::clone(&output));
+    crate::blocking(move || {
+        crate::target::check(&job2)?;
+        check_schema_change(&job2, &output2)
+    })
+    .await?;
     Ok(Planned {
         job: job.clone(),
         vars: opts.var_text(),
@@ -342,81 +347,24 @@ struct TimeColumn {
     kind: TimeColumnKind,
 }
 
-/// The table's existing partition columns must be the job's: a job that says `dt` on a
-/// table partitioned by `event_date` would otherwise write beside the old data.
-fn check_live_layout(job: &Job) -> Result<()> {
-    let expected = &job.target.partition_by;
-    // Follow one chain of directories down (the first at each level, in name order):
-    // the column names on the way, and the depth at which files appear, are the
-    // table's layout.
-    let mut dir = job.target.path.clone();
-    let mut found: Vec<String> = Vec::new();
-    loop {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            if found.is_empty() {
-                return Ok(()); // a new table
-            }
-            break;
-        };
-        let mut subdirs: Vec<String> = Vec::new();
-        let mut has_files = false;
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') || name.starts_with('_') {
-                continue;
-            }
-            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
-            if is_dir && name.contains('=') {
-                subdirs.push(name);
-            } else if name.ends_with(".parquet") {
-                has_files = true;
-            }
-        }
-        subdirs.sort();
-        let Some(first) = subdirs.first() else {
-            if found.is_empty() && !has_files {
-                return Ok(()); // an empty or new table
-            }
-            break;
-        };
-        let (col, _) = first.split_once('=').expect("contains =");
-        found.push(idem_io::hive::unescape(col));
-        dir = dir.join(first);
-    }
-    if &found == expected {
-        return Ok(());
-    }
-    let show = |cols: &[String]| {
-        if cols.is_empty() {
-            "nothing (unpartitioned)".to_string()
-        } else {
-            cols.iter()
-                .map(|c| format!("`{c}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    };
-    Err(Error::Partition {
-        path: job.path.clone(),
-        partition: found
-            .first()
-            .map(|c| format!("{c}=…"))
-            .unwrap_or_else(|| "(table)".into()),
-        message: format!(
-            "the table {} is partitioned by {}, but the job partitions by {}; writing would \
-             mix two layouts. Change partition_by (or the SQL) to match, or write to a new table",
-            job.target.path.display(),
-            show(&found),
-            show(expected)
-        ),
-    })
-}
-
 /// Plans and executes a run, publishing its partitions.
 pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> Result<RunReport> {
     let started = Instant::now();
+    let fresh = if opts.skip_fresh || may_confirm_unchanged(job) {
+        let (job2, opts2) = (job.clone(), opts.clone());
+        crate::blocking(move || crate::freshness::fresh_partitions(&job2, &opts2)).await
+    } else {
+        Ok(None)
+    };
+    // `--skip-fresh` reports why freshness could not be judged; the confirmation of
+    // an unchanged re-run just runs the normal way then.
+    let fresh = match fresh {
+        Err(e) if opts.skip_fresh => return Err(e),
+        Err(_) => None,
+        Ok(fresh) => fresh,
+    };
     if opts.skip_fresh
-        && let Some(fresh) = crate::freshness::fresh_partitions(job, opts)?
+        && let Some(fresh) = fresh
     {
         let window = Window::parse(job.target.grain, &opts.date)?.with_lookback(job.lookback);
         return Ok(RunReport {
@@ -425,7 +373,7 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
         });
     }
     if may_confirm_unchanged(job)
-        && let Ok(Some(fresh)) = crate::freshness::fresh_partitions(job, opts)
+        && let Some(fresh) = fresh
     {
         match confirm_unchanged(job, opts, &fresh, Arc::clone(&observer)).await {
             Ok(Some(mut report)) => {
@@ -437,9 +385,9 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
             Err(e) => tracing::info!(error = %e, "could not compare the output; writing"),
         }
     }
-    // A merge into a table without a writer lock (an object store) publishes each
-    // partition only against the version it read; when another writer got there
-    // first, the merge is computed again on top of it.
+    // A merge publishes each partition only over the version it read; when another
+    // writer (a replace run, or a merge whose lock lease expired) got there first,
+    // the merge is computed again on top of it.
     let mut attempt = 0;
     loop {
         let planned = plan(job, opts).await?;
@@ -504,13 +452,14 @@ async fn confirm_unchanged(
             path: job.path.clone(),
             message: e.to_string(),
         })?;
-    let (table, run_id, _lock) = begin_run(&job)?;
+    let (table, run_id, _lock) = begin_run(&job).await?;
     let storage = |source| Error::Storage {
         target: job.target.path.clone(),
         source,
     };
     let root = table.location();
-    let inputs = crate::session::inputs_of(&plan, &job)
+    let inputs = inputs_of(&plan, &job)
+        .await
         .into_iter()
         .filter(|f| !f.path.starts_with(&root))
         .count();
@@ -519,22 +468,25 @@ async fn confirm_unchanged(
         // ones, and the window's own, created empty when missing), taken after the
         // dead-run cleanup as the full run takes it. Unless each is live and fresh, the
         // full run has something to write whatever the output: no query here.
-        let owned =
-            owned_partitions(&job, table.as_ref(), &window, time.as_ref()).map_err(storage)?;
-        if owned.is_empty() {
-            return Ok(None);
-        }
-        let mut live = Vec::with_capacity(owned.len());
-        for p in &owned {
-            match table.live_state(p).map_err(storage)? {
-                Some(LiveState::Managed(m))
-                    if fresh.iter().any(|f| f.partition == p.to_string()) =>
-                {
-                    live.push(m)
+        let fresh: Vec<String> = fresh.iter().map(|f| f.partition.clone()).collect();
+        let (job2, table2, window2, time2) =
+            (job.clone(), Arc::clone(&table), window, time.clone());
+        let found = crate::blocking(move || {
+            let owned = owned_partitions(&job2, table2.as_ref(), &window2, time2.as_ref())?;
+            let mut live = Vec::with_capacity(owned.len());
+            for p in &owned {
+                match table2.live_state(p)? {
+                    Some(LiveState::Managed(m)) if fresh.contains(&p.to_string()) => live.push(m),
+                    _ => return Ok(None),
                 }
-                _ => return Ok(None),
             }
-        }
+            Ok::<_, idem_io::Error>(Some((owned, live)))
+        })
+        .await
+        .map_err(storage)?;
+        let Some((owned, live)) = found.filter(|(owned, _)| !owned.is_empty()) else {
+            return Ok(None);
+        };
         let schema = schema_fingerprint(&describe_schema(&output, &job.target.partition_by));
         let router = Arc::new(Router::new(&output, &job.target.partition_by));
         let digests = drive(
@@ -553,8 +505,11 @@ async fn confirm_unchanged(
             },
         )
         .await?;
-        // Rows outside the owned partitions are the full run's to warn about.
-        if digests.keys().any(|p| owned.binary_search(p).is_err()) {
+        // Rows outside the owned partitions are the full run's to warn about; a file
+        // read by name that is gone may have read as no rows: the full run decides.
+        if digests.keys().any(|p| owned.binary_search(p).is_err())
+            || read_files_still_there(&ctx, &job).await.is_err()
+        {
             return Ok(None);
         }
         let mut partitions = Vec::with_capacity(owned.len());
@@ -582,9 +537,7 @@ async fn confirm_unchanged(
         Ok::<_, Error>(Some(partitions))
     }
     .await;
-    if let Err(e) = table.cleanup_run(&run_id) {
-        tracing::warn!(error = %e, "could not remove this run's staging directory");
-    }
+    end_run(&table, &run_id, _lock).await;
     let Some(partitions) = compared? else {
         return Ok(None);
     };
@@ -624,20 +577,66 @@ type RunGuard = Box<dyn std::any::Any + Send>;
 
 /// Opens the target table for a run: checks it can be written, marks the run live
 /// (the guard) and removes what dead runs left. Returns the table and the run's id.
-fn begin_run(job: &Job) -> Result<(Arc<dyn CommitBackend>, String, RunGuard)> {
-    let storage = |source| Error::Storage {
-        target: job.target.path.clone(),
-        source,
-    };
-    let table = crate::table::open(job)?;
-    table.prepare().map_err(storage)?;
-    let run_id = new_run_id();
-    let lock = table.lock_run(&run_id).map_err(storage)?;
-    let cleaned = table.clean_dead_runs().map_err(storage)?;
-    if !cleaned.is_empty() {
-        tracing::info!(runs = ?cleaned, "removed what dead runs left in staging");
-    }
-    Ok((table, run_id, lock))
+async fn begin_run(job: &Job) -> Result<(Arc<dyn CommitBackend>, String, RunGuard)> {
+    let job = job.clone();
+    crate::blocking(move || {
+        let storage = |source| Error::Storage {
+            target: job.target.path.clone(),
+            source,
+        };
+        let table = crate::table::open(&job)?;
+        table.prepare().map_err(storage)?;
+        let run_id = new_run_id();
+        let lock = table.lock_run(&run_id).map_err(storage)?;
+        let cleaned = table.clean_dead_runs().map_err(storage)?;
+        if !cleaned.is_empty() {
+            tracing::info!(runs = ?cleaned, "removed what dead runs left in staging");
+        }
+        Ok((table, run_id, lock))
+    })
+    .await
+}
+
+/// Removes what the run staged (whether it succeeded or not; a failure to remove it
+/// does not undo a publish: the dead-run cleaner removes it later), then lets the run
+/// be taken for dead.
+async fn end_run(table: &Arc<dyn CommitBackend>, run_id: &str, guard: RunGuard) {
+    let (table, run_id) = (Arc::clone(table), run_id.to_string());
+    crate::blocking(move || {
+        if let Err(e) = table.cleanup_run(&run_id) {
+            tracing::warn!(error = %e, "could not remove this run's staging directory");
+        }
+        drop(guard);
+    })
+    .await
+}
+
+/// Fails the run as a conflict (computed again) when a file it read by name is gone:
+/// it may have been read as no rows (see `session::ReadFiles`).
+async fn read_files_still_there(ctx: &SessionContext, job: &Job) -> Result<()> {
+    let (ctx, job) = (ctx.clone(), job.clone());
+    crate::blocking(
+        move || match crate::session::missing_read_file(&ctx, &job) {
+            None => Ok(()),
+            Some(file) => Err(Error::Storage {
+                target: job.target.path.clone(),
+                source: idem_io::Error::Conflict {
+                    partition: format!("(a file it read, {file}, was replaced meanwhile)"),
+                },
+            }),
+        },
+    )
+    .await
+}
+
+/// The input files a plan reads (their digests looked up where they belong to idem
+/// tables, which reads storage).
+async fn inputs_of(
+    plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    job: &Job,
+) -> Vec<InputFile> {
+    let (plan, job) = (Arc::clone(plan), job.clone());
+    crate::blocking(move || crate::session::inputs_of(&plan, &job)).await
 }
 
 /// Executes a planned run.
@@ -662,158 +661,156 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     };
 
     observer.phase("planning");
-    let (table, run_id, _lock) = begin_run(&job)?;
-    // A merge reads the table under the table's write lock and rewrites what it affects.
-    let mut merge_inputs = None;
-    let mut merge_stats = None;
-    let mut kept = Kept::default();
-    let mut versions: Option<BTreeMap<PartitionPath, Option<u64>>> = None;
-    let (df, merge_affected, _merge_lock) = if job.target.mode == Mode::Merge {
-        observer.phase("merging");
-        let (scope, owned) = if job.target.delete_missing {
-            let owned = if job.target.partition_by.is_empty() {
-                vec![PartitionPath::root()]
+    let (table, run_id, run_guard) = begin_run(&job).await?;
+    let mut merge_lock = None;
+    let outcome = async {
+        // A merge reads the table under the table's write lock and rewrites what it
+        // affects; each partition is published only over the version it read.
+        let mut merge_inputs = None;
+        let mut merge_stats = None;
+        let mut kept = Kept::default();
+        let mut versions: Option<BTreeMap<PartitionPath, Option<Version>>> = None;
+        let (df, merge_affected) = if job.target.mode == Mode::Merge {
+            observer.phase("merging");
+            let (scope, owned) = if job.target.delete_missing {
+                let owned = if job.target.partition_by.is_empty() {
+                    vec![PartitionPath::root()]
+                } else {
+                    // The window's partitions are rewritten even where no key matched.
+                    let (job2, table2, window2, time2) =
+                        (job.clone(), Arc::clone(&table), window, time.clone());
+                    crate::blocking(move || {
+                        owned_partitions(&job2, table2.as_ref(), &window2, time2.as_ref())
+                    })
+                    .await
+                    .map_err(storage)?
+                };
+                (Some(delete_scope(&job, &window, time.as_ref())?), owned)
             } else {
-                // The window's partitions are rewritten even where no key matched.
-                owned_partitions(&job, table.as_ref(), &window, time.as_ref()).map_err(storage)?
+                (None, Vec::new())
             };
-            (Some(delete_scope(&job, &window, time.as_ref())?), owned)
+            let m = match crate::merge::prepare(
+                &job,
+                &ctx,
+                df,
+                &output,
+                &table,
+                scope.as_deref(),
+                &owned,
+            )
+            .await
+            {
+                Ok(m) => m,
+                Err(e) => return Err(explain(&job, &ctx, e).await),
+            };
+            merge_inputs = Some(m.inputs);
+            merge_stats = Some(m.stats);
+            kept = Kept {
+                files: m.kept,
+                derived: m.derived,
+            };
+            versions = Some(m.versions);
+            merge_lock = m.lock;
+            (m.df, Some(m.affected))
         } else {
-            (None, Vec::new())
+            (df, None)
         };
-        let m = match crate::merge::prepare(
+        let kept = Arc::new(kept);
+        let plan = match df.create_physical_plan().await {
+            Ok(plan) => plan,
+            Err(e) => return Err(explain(&job, &ctx, exec_err(e)).await),
+        };
+        let root = table.location();
+        let inputs: Vec<InputFile> = match merge_inputs {
+            Some(inputs) => inputs,
+            None => inputs_of(&plan, &job).await,
+        };
+        let inputs: Vec<InputFile> = inputs
+            .into_iter()
+            .filter(|f| !f.path.starts_with(&root))
+            .collect();
+        let run_info = RunInfo {
+            job: job.name.clone(),
+            job_fingerprint: job.fingerprint.clone(),
+            logical_date: window.label(),
+            run_id: run_id.clone(),
+            idem_version: env!("CARGO_PKG_VERSION").to_string(),
+            vars: vars_text,
+            sources: job.source_scopes(),
+            inputs,
+        };
+        let schema_desc = describe_schema(&output, &job.target.partition_by);
+        let inputs = run_info.inputs.len();
+        let data_schema = Arc::clone(Router::new(&output, &job.target.partition_by).data_schema());
+
+        let writers = match stage(
             &job,
+            &table,
+            &run_id,
             &ctx,
-            df,
+            plan,
             &output,
-            table.as_ref(),
-            scope.as_deref(),
-            &owned,
+            &kept,
+            observer.as_ref(),
         )
         .await
         {
-            Ok(m) => m,
-            Err(e) => return Err(explain(&job, &ctx, e).await),
+            Ok(writers) => writers,
+            Err(e @ Error::Execution { .. }) => {
+                return Err(crate::session::diagnose_inputs(&job, &run_info.inputs).unwrap_or(e));
+            }
+            Err(e) => return Err(e),
         };
-        merge_inputs = Some(m.inputs);
-        merge_stats = Some(m.stats);
-        kept = Kept {
-            files: m.kept,
-            derived: m.derived,
-        };
-        if table.as_local().is_none() {
-            // Object stores: the lock is a lease; the versions read fence the publish.
-            versions = Some(m.versions);
-        }
-        (m.df, Some(m.affected), m.lock)
-    } else {
-        (df, None, None)
-    };
-    let kept = Arc::new(kept);
-    let plan = match df.create_physical_plan().await {
-        Ok(plan) => plan,
-        Err(e) => return Err(explain(&job, &ctx, exec_err(e)).await),
-    };
-    let root = table.location();
-    let inputs: Vec<InputFile> = merge_inputs
-        .unwrap_or_else(|| crate::session::inputs_of(&plan, &job))
-        .into_iter()
-        .filter(|f| !f.path.starts_with(&root))
-        .collect();
-    let run_info = RunInfo {
-        job: job.name.clone(),
-        job_fingerprint: job.fingerprint.clone(),
-        logical_date: window.label(),
-        run_id: run_id.clone(),
-        idem_version: env!("CARGO_PKG_VERSION").to_string(),
-        vars: vars_text,
-        inputs,
-    };
-    let schema_desc = describe_schema(&output, &job.target.partition_by);
-    let inputs = run_info.inputs.len();
-    let data_schema = Arc::clone(Router::new(&output, &job.target.partition_by).data_schema());
-
-    let staged = stage(
-        &job,
-        &table,
-        &run_id,
-        &ctx,
-        plan,
-        &output,
-        &kept,
-        observer.as_ref(),
-    )
-    .await;
-    let result = match staged {
-        Ok(writers) => {
-            let table2 = Arc::clone(&table);
-            let job2 = job.clone();
-            let observer2 = Arc::clone(&observer);
-            let finalized = tokio::task::spawn_blocking(move || {
-                finalize(
-                    &job2,
-                    table2.as_ref(),
-                    &window,
-                    time.as_ref(),
-                    merge_affected.as_deref(),
-                    &kept,
-                    &data_schema,
-                    writers,
-                    &run_info,
-                    schema_desc,
-                    observer2.as_ref(),
-                )
-            })
-            .await
-            .expect("finalize task panicked");
-            match finalized {
-                Ok((mut staged, warnings)) => {
-                    // Without a writer lock, a merge publishes each partition only if
-                    // it is still the version the merge read.
-                    if let Some(versions) = &versions {
-                        for w in staged.iter_mut() {
-                            w.expected = Some(versions.get(&w.partition).copied().flatten());
-                        }
-                    }
-                    observer.phase("checking");
-                    match crate::checks::run(&job, &job.checks, &output, &staged).await {
-                        Ok(()) => {
-                            // Checks passed: only now can a partition become `Checked`.
-                            let checked: Vec<Checked> =
-                                staged.into_iter().map(Checked::new).collect();
-                            let table2 = Arc::clone(&table);
-                            let job2 = job.clone();
-                            let observer2 = Arc::clone(&observer);
-                            tokio::task::spawn_blocking(move || {
-                                publish_all(
-                                    &job2,
-                                    table2.as_ref(),
-                                    checked,
-                                    warnings,
-                                    observer2.as_ref(),
-                                )
-                            })
-                            .await
-                            .expect("publish task panicked")
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-                Err(e) => Err(e),
+        read_files_still_there(&ctx, &job).await?;
+        let (table2, job2, observer2, window2) = (
+            Arc::clone(&table),
+            job.clone(),
+            Arc::clone(&observer),
+            window,
+        );
+        let (mut staged, warnings) = crate::blocking(move || {
+            finalize(
+                &job2,
+                table2.as_ref(),
+                &window2,
+                time.as_ref(),
+                merge_affected.as_deref(),
+                &kept,
+                &data_schema,
+                writers,
+                &run_info,
+                schema_desc,
+                observer2.as_ref(),
+            )
+        })
+        .await?;
+        // A read-modify-write publishes each partition only over the version it read.
+        if let Some(versions) = &versions {
+            for w in staged.iter_mut() {
+                w.expected = Some(versions.get(&w.partition).cloned().flatten());
             }
         }
-        Err(e @ Error::Execution { .. }) => {
-            Err(crate::session::diagnose_inputs(&job, &run_info.inputs).unwrap_or(e))
-        }
-        Err(e) => Err(e),
-    };
-    let result = result.map_err(|e| dedupe_tie(&job, e));
-    // What the run staged is removed whether it succeeded or not; a failure to remove
-    // it does not undo a publish (the dead-run cleaner will remove it later).
-    if let Err(e) = table.cleanup_run(&run_id) {
-        tracing::warn!(error = %e, "could not remove this run's staging directory");
+        observer.phase("checking");
+        crate::checks::run(&job, &job.checks, &output, &staged).await?;
+        // Checks passed: only now can a partition become `Checked`.
+        let checked: Vec<Checked> = staged.into_iter().map(Checked::new).collect();
+        let (table2, job2, observer2) = (Arc::clone(&table), job.clone(), Arc::clone(&observer));
+        let (partitions, warnings) = crate::blocking(move || {
+            publish_all(
+                &job2,
+                table2.as_ref(),
+                checked,
+                warnings,
+                observer2.as_ref(),
+            )
+        })
+        .await?;
+        Ok((partitions, warnings, merge_stats, inputs))
     }
-    let (partitions, warnings) = result?;
+    .await
+    .map_err(|e| dedupe_tie(&job, e));
+    end_run(&table, &run_id, Box::new((run_guard, merge_lock))).await;
+    let (partitions, warnings, merge_stats, inputs) = outcome?;
 
     Ok(RunReport {
         elapsed_ms: started.elapsed().as_millis() as u64,
@@ -1134,6 +1131,21 @@ fn publish_all(
         target: job.target.path.clone(),
         source,
     };
+    failpoint::hit("before_publish").map_err(storage)?;
+    // From here to the last partition, no other writer of the table publishes (on an
+    // object store each partition's commit is its own fence instead): a merge finds
+    // every partition it read still at the version it read, or publishes none.
+    let _publishing = table.lock_publish().map_err(storage)?;
+    for part in &checked {
+        let written = part.partition();
+        if let Some(expected) = &written.expected
+            && table.live_version(&written.partition).map_err(storage)? != *expected
+        {
+            return Err(storage(idem_io::Error::Conflict {
+                partition: written.partition.to_string(),
+            }));
+        }
+    }
     // Decide per partition before publishing any, so a bad state aborts cleanly.
     let mut decisions = Vec::with_capacity(checked.len());
     for part in checked {
@@ -1146,8 +1158,12 @@ fn publish_all(
                     && m.schema_fingerprint == written.manifest.schema_fingerprint
         );
         // A partition that had rows and now gets different ones is a restatement.
-        let restated = match &live {
-            Some(LiveState::Managed(m)) if !unchanged && m.rows > 0 => {
+        let restated = match live.as_ref().and_then(LiveState::manifest) {
+            Some(m)
+                if m.rows > 0
+                    && (m.digest != written.manifest.digest
+                        || m.schema_fingerprint != written.manifest.schema_fingerprint) =>
+            {
                 Some(idem_io::log::Restatement {
                     partition: written.partition.to_string(),
                     old_digest: m.digest.clone(),
@@ -1163,13 +1179,15 @@ fn publish_all(
             }
             _ => None,
         };
-        decisions.push((part, unchanged, restated));
+        // An object-store partition whose listing is not its commit's (extra or missing
+        // files) is published again: that finishes the apply and removes the rest.
+        let unclean = matches!(live, Some(LiveState::Unclean { .. }));
+        decisions.push((part, unchanged, restated, unclean));
     }
 
-    failpoint::hit("before_publish").map_err(storage)?;
     observer.phase("publishing");
     let mut reports = Vec::with_capacity(decisions.len());
-    for (part, unchanged, restated) in decisions {
+    for (part, unchanged, restated, unclean) in decisions {
         let t = Instant::now();
         let written = part.partition();
         let name = written.partition.to_string();
@@ -1182,7 +1200,7 @@ fn publish_all(
             (Action::Unchanged, None)
         } else {
             let published = table.publish(part).map_err(storage)?;
-            if published.mode == PublishMode::AlreadyLive {
+            if published.mode == PublishMode::AlreadyLive && !unclean {
                 // Another writer committed these very rows first.
                 reports.push(PartitionReport {
                     partition: name,
@@ -1303,7 +1321,7 @@ fn check_schema_change(job: &Job, output: &SchemaRef) -> Result<()> {
     // The newest partition (last in path order) speaks for the table.
     partitions.reverse();
     let live = partitions.iter().find_map(|p| match table.live_state(p) {
-        Ok(Some(LiveState::Managed(m))) => Some((p.clone(), m)),
+        Ok(Some(state)) => state.manifest().map(|m| (p.clone(), Box::new(m.clone()))),
         _ => None,
     });
     let Some((partition, manifest)) = live else {

@@ -26,6 +26,32 @@ use crate::error::{Error, Result};
 use crate::job::{Format, Job, Source};
 use crate::key::IdemKey;
 
+/// The files a run reads by name: an idem table's committed files (a source on an
+/// object store), a merge's files of the table. DataFusion reads a file that is not
+/// there as no rows at all, so after reading, the run checks that every one of them
+/// still exists ([`missing_read_file`]): file names are never reused, so one that
+/// exists after the read existed while it was read. One that is gone was removed by a
+/// newer commit (or apply) meanwhile: the run is computed again.
+#[derive(Debug, Default)]
+pub struct ReadFiles(std::sync::Mutex<Vec<String>>);
+
+/// The first file the run read by name that is gone now, if any.
+pub fn missing_read_file(ctx: &SessionContext, job: &Job) -> Option<String> {
+    let files = ctx
+        .state()
+        .config()
+        .get_extension::<ReadFiles>()
+        .map(|r| r.0.lock().expect("not poisoned").clone())
+        .unwrap_or_default();
+    files.into_iter().find(|f| {
+        if idem_io::store::is_url(f) {
+            idem_io::store::head(f, job.storage_for(f)).is_none()
+        } else {
+            idem_io::fs::metadata(std::path::Path::new(f)).is_err()
+        }
+    })
+}
+
 /// Builds the session for `job` with every source registered.
 pub async fn context(job: &Job) -> Result<SessionContext> {
     let threads = std::thread::available_parallelism()
@@ -34,7 +60,8 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
     let mut config = SessionConfig::new()
         .with_target_partitions(threads)
         .with_batch_size(32 * 1024)
-        .with_information_schema(true);
+        .with_information_schema(true)
+        .with_extension(Arc::new(ReadFiles::default()));
     // Pushing filters into the Parquet decoder lets row-group and page statistics
     // skip data the transform filters out anyway.
     config.options_mut().execution.parquet.pushdown_filters = true;
@@ -75,11 +102,23 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         // so a run never sees a partition mid-apply.
         if s.format == Format::Parquet && !is_glob {
             let staging = idem_io::store::local_staging_root();
-            if let Ok(table) =
-                idem_io::commit::object::ObjectTable::new(&s.path, &s.storage, &staging)
-                && table.is_idem_table().map_err(|e| err(e.to_string()))?
-            {
-                let frame = committed_frame(ctx, &table, s)
+            let (path, storage) = (s.path.clone(), s.storage.clone());
+            // Its partitions as committed (marker reads), off the async workers.
+            let committed = crate::blocking(move || {
+                let Ok(table) =
+                    idem_io::commit::object::ObjectTable::new(&path, &storage, &staging)
+                else {
+                    return Ok(None);
+                };
+                if !table.is_idem_table()? {
+                    return Ok(None);
+                }
+                table.committed().map(Some)
+            })
+            .await
+            .map_err(|e| err(e.to_string()))?;
+            if let Some(committed) = committed {
+                let frame = committed_frame(ctx, &committed, s)
                     .await
                     .map_err(|e| err(format!("reading the idem table {}: {e}", s.path)))?;
                 return register_provider(ctx, job, s, frame.into_view()).await;
@@ -209,10 +248,9 @@ async fn register_provider(
 /// optimized.
 async fn committed_frame(
     ctx: &SessionContext,
-    table: &idem_io::commit::object::ObjectTable,
+    committed: &[(PartitionPath, idem_io::manifest::Manifest, Vec<String>)],
     s: &Source,
 ) -> std::result::Result<datafusion::dataframe::DataFrame, String> {
-    let committed = table.committed().map_err(|e| e.to_string())?;
     let groups = committed
         .iter()
         .rev()
@@ -252,6 +290,23 @@ pub(crate) async fn partition_files_frame(
             Some(schema) => ParquetReadOptions::default().schema(schema),
             None => ParquetReadOptions::default(),
         };
+        if let Some(read) = ctx.state().config().get_extension::<ReadFiles>() {
+            read.0
+                .lock()
+                .expect("not poisoned")
+                .extend(files.iter().cloned());
+        }
+        // Object URLs carry raw keys (`%3A` as written); DataFusion decodes a URL once.
+        let files: Vec<String> = files
+            .iter()
+            .map(|f| {
+                if idem_io::store::is_url(f) {
+                    idem_io::store::datafusion_url(f)
+                } else {
+                    f.clone()
+                }
+            })
+            .collect();
         let df = ctx.read_parquet(files, options).await?;
         let mut exprs: Vec<Expr> = df
             .schema()
@@ -319,11 +374,7 @@ async fn infer_schema(
 fn extension_of(s: &Source) -> String {
     match (&s.extension, s.path.ends_with('/')) {
         (Some(e), _) => e.clone(),
-        (None, true) => match s.format {
-            Format::Parquet => ".parquet".into(),
-            Format::Csv => ".csv".into(),
-            Format::Json => ".json".into(),
-        },
+        (None, true) => s.format.extension().into(),
         (None, false) => String::new(),
     }
 }

@@ -12,8 +12,10 @@ use crate::error::{Error, Result};
 #[derive(Clone, Debug, Serialize)]
 pub struct PartitionStatus {
     pub partition: String,
-    /// `managed` (files match the manifest), or `foreign` (not written by idem, or
-    /// changed since).
+    /// `managed` (files match the manifest), `pending` (an object store's commit whose
+    /// files a plain lister does not see exactly yet: its apply is unfinished, or
+    /// another tool put files beside them; idem reads the commit, and the next run or
+    /// `idem gc` settles it), or `foreign` (not written by idem, or changed since).
     pub state: &'static str,
     pub rows: Option<u64>,
     pub files: usize,
@@ -43,6 +45,10 @@ fn remote_status(url: &str) -> idem_io::Result<TableStatus> {
     for p in table.partitions()? {
         let s = match table.live_state(&p)? {
             Some(LiveState::Managed(m)) => managed_status(&p, *m, None),
+            Some(LiveState::Unclean { manifest, .. }) => PartitionStatus {
+                state: "pending",
+                ..managed_status(&p, *manifest, None)
+            },
             Some(LiveState::Foreign { files }) => foreign_status(&p, files.len(), 0),
             None => continue,
         };
@@ -63,7 +69,8 @@ fn managed_status(
     bytes: Option<u64>,
 ) -> PartitionStatus {
     // No job here: object-store inputs are reached with the environment's options.
-    let changed = crate::freshness::first_changed(&m.run.inputs, &|_| Default::default());
+    let changed =
+        crate::freshness::first_changed(&m.run.inputs, &m.run.sources, &|_| Default::default());
     let input_state = if m.run.inputs.is_empty() {
         "none"
     } else if changed.is_some() {
@@ -150,7 +157,10 @@ pub fn status(root: &Path) -> Result<TableStatus> {
         let state = read_partition(&dir).map_err(|e| table_err(e.to_string()))?;
         let s = match state {
             LiveState::Managed(m) => managed_status(&p, *m, Some(bytes)),
-            LiveState::Foreign { .. } => foreign_status(&p, files.len(), bytes),
+            // Only object stores have commits apart from their files.
+            LiveState::Foreign { .. } | LiveState::Unclean { .. } => {
+                foreign_status(&p, files.len(), bytes)
+            }
         };
         partitions.push(s);
     }

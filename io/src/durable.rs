@@ -1,26 +1,27 @@
 //! Filesystem steps that are durable when they return: the fsyncs are inside these
-//! helpers so that no call site can forget one.
+//! helpers so that no call site can forget one. Every call goes through [`crate::fs`].
 
-use std::fs::File;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::fs;
 
 /// fsyncs a directory, making the names created or removed in it durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    let f = File::open(dir).map_err(Error::io("open directory", dir))?;
-    f.sync_all().map_err(Error::io("fsync directory", dir))
+    let f = fs::open(dir).map_err(Error::io("open directory", dir))?;
+    fs::sync(&f, dir).map_err(Error::io("fsync directory", dir))
 }
 
 /// fsyncs every file directly in `dir`, then `dir` itself: a staged partition made
 /// durable before it is published.
 pub fn sync_files_and_dir(dir: &Path) -> Result<()> {
-    let entries = std::fs::read_dir(dir).map_err(Error::io("list", dir))?;
-    for entry in entries {
-        let path = entry.map_err(Error::io("list", dir))?.path();
-        if path.is_file() {
-            File::open(&path)
-                .and_then(|f| f.sync_all())
+    let mut names = fs::read_dir(dir)?;
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, file_type) in names {
+        if file_type.is_file() {
+            let path = dir.join(name);
+            fs::open(&path)
+                .and_then(|f| fs::sync(&f, &path))
                 .map_err(Error::io("fsync", &path))?;
         }
     }
@@ -29,7 +30,7 @@ pub fn sync_files_and_dir(dir: &Path) -> Result<()> {
 
 /// Creates `dir` and any missing parents, fsyncing each parent whose entries changed.
 pub fn create_dir_all(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
+    if is_dir(dir)? {
         return Ok(());
     }
     if let Some(parent) = dir.parent()
@@ -37,15 +38,17 @@ pub fn create_dir_all(dir: &Path) -> Result<()> {
     {
         create_dir_all(parent)?;
     }
-    match std::fs::create_dir(dir) {
+    match fs::create_dir(dir) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => return Ok(()),
-        Err(e) => {
-            if dir.exists() && !dir.is_dir() {
-                return Err(Error::NotADirectory {
-                    path: dir.to_path_buf(),
-                });
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if is_dir(dir)? {
+                return Ok(());
             }
+            return Err(Error::NotADirectory {
+                path: dir.to_path_buf(),
+            });
+        }
+        Err(e) => {
             return Err(Error::Io {
                 op: "create directory",
                 path: dir.to_path_buf(),
@@ -61,9 +64,27 @@ pub fn create_dir_all(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether `path` is a directory (`false` when it does not exist).
+pub fn is_dir(path: &Path) -> Result<bool> {
+    match fs::metadata(path) {
+        Ok(m) => Ok(m.is_dir()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io("stat", path)(e)),
+    }
+}
+
+/// Whether something exists at `path`.
+pub fn exists(path: &Path) -> Result<bool> {
+    match fs::metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io("stat", path)(e)),
+    }
+}
+
 /// Removes a directory tree if it exists and makes the removal durable in its parent.
 pub fn remove_dir_all(dir: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
+    match fs::remove_dir_all(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => {

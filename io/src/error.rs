@@ -70,6 +70,12 @@ pub enum Error {
     #[error("the digest of partition {partition} could not be derived: {reason}")]
     Digest { partition: String, reason: String },
 
+    #[error("{}", layout_message(table, problem))]
+    Layout {
+        table: String,
+        problem: crate::layout::Problem,
+    },
+
     #[error("storage URL {url}: {reason}")]
     Url { url: String, reason: String },
 
@@ -91,5 +97,32 @@ impl Error {
     ) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { op, path, source }
+    }
+}
+
+fn layout_message(table: &str, problem: &crate::layout::Problem) -> String {
+    match problem {
+        crate::layout::Problem::OtherLayout { found } => format!(
+            "the table {table} is partitioned by {}",
+            show_columns(found)
+        ),
+        crate::layout::Problem::NotATable { found } => format!(
+            "{table} is not a table: it holds {}. idem replaces a table's partitions \
+             whole, so it writes only where there is nothing but Parquet files and \
+             partition directories of the job's layout",
+            found.join(", ")
+        ),
+    }
+}
+
+/// Partition columns for a message: `` `dt`, `region` ``, or "nothing (unpartitioned)".
+pub fn show_columns(cols: &[String]) -> String {
+    if cols.is_empty() {
+        "nothing (unpartitioned)".to_string()
+    } else {
+        cols.iter()
+            .map(|c| format!("`{c}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }

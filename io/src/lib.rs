@@ -3,6 +3,7 @@
 //! Knows nothing about jobs: it stages partitions, encodes them as Parquet with the
 //! manifest in their footers, computes content digests, and publishes atomically.
 
+pub mod blocking;
 pub mod canonical;
 pub mod commit;
 pub mod digest;
@@ -10,11 +11,14 @@ pub mod durable;
 mod encode;
 mod error;
 pub mod failpoint;
+pub mod fault;
+pub mod fs;
 pub mod hive;
+pub mod layout;
 pub mod log;
 pub mod manifest;
 pub mod store;
 pub mod writer;
 mod xxh3;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, show_columns};

@@ -3,13 +3,13 @@
 //! other) and fsynced. An event records that a partition which had rows was rewritten
 //! with a different digest, so downstream jobs and people can tell.
 
-use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::durable;
 use crate::error::{Error, Result};
+use crate::fs;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Restatement {
@@ -33,18 +33,35 @@ pub fn file_name(event: &Restatement) -> String {
     format!("{}-{key:016x}.json", event.run_id)
 }
 
-/// Appends an event to the log in `dir`.
+/// Appends an event to the log in `dir`: written whole under a temporary name, then
+/// renamed into place without replacing, so a crash never leaves a torn event, and a
+/// retried append of the same event finds it there.
 pub fn append(dir: &Path, event: &Restatement) -> Result<()> {
     durable::create_dir_all(dir)?;
-    let path = dir.join(file_name(event));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(Error::io("create", &path))?;
-    let json = serde_json::to_vec(event).expect("event serializes");
-    f.write_all(&json).map_err(Error::io("write", &path))?;
-    f.sync_all().map_err(Error::io("fsync", &path))?;
+    let name = file_name(event);
+    let path = dir.join(&name);
+    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written = (|| {
+        let mut f = fs::create_new(&temp).map_err(Error::io("create", &temp))?;
+        let json = serde_json::to_vec(event).expect("event serializes");
+        let mut done = 0;
+        while done < json.len() {
+            done += fs::write(&mut f, &temp, &json[done..]).map_err(Error::io("write", &temp))?;
+        }
+        fs::sync(&f, &temp).map_err(Error::io("fsync", &temp))
+    })();
+    let placed = written.and_then(|()| {
+        match fs::rename_with(&temp, &path, rustix::fs::RenameFlags::NOREPLACE) {
+            Ok(()) => Ok(()),
+            // The same event (run and partition), appended by an earlier attempt.
+            Err(rustix::io::Errno::EXIST) => Ok(()),
+            Err(e) => Err(Error::io("rename", &temp)(e.into())),
+        }
+    });
+    if fs::metadata(&temp).is_ok() {
+        let _ = fs::remove_file(&temp);
+    }
+    placed?;
     durable::sync_dir(dir)
 }
 
@@ -56,6 +73,10 @@ pub fn read(dir: &Path) -> Result<Vec<Restatement>> {
             .flatten()
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .filter(|p| {
+                !p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            })
             .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io("list", dir)(e)),

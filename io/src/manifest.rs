@@ -8,7 +8,6 @@
 //! previous manifest: the partition's manifest is the newest generation among its
 //! files' footers, and it must list exactly the files in the directory.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow::datatypes::Schema;
@@ -80,7 +79,48 @@ pub struct RunInfo {
     /// The `--var` values the run was given, as text.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub vars: std::collections::BTreeMap<String, String>,
+    /// What each source reads, by name: which new files beside the inputs it would
+    /// read too (so freshness knows which new files matter).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sources: std::collections::BTreeMap<String, SourceScope>,
     pub inputs: Vec<InputFile>,
+}
+
+/// The files a source reads: everything under a directory (with an extension), the
+/// files a glob matches, or one file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceScope {
+    /// The directory (ending in `/`), glob or file, resolved (absolute, or a URL).
+    pub path: String,
+    /// For a directory: the suffix of the files read ("" for every file).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub extension: String,
+}
+
+impl SourceScope {
+    /// Whether the source reads the file at `path` (absolute, or a URL).
+    pub fn reads(&self, path: &str) -> bool {
+        if self.path.contains(['*', '?', '[']) {
+            return glob_match(&self.path, path);
+        }
+        if self.path.ends_with('/') {
+            let name = path.rsplit('/').next().unwrap_or_default();
+            return path.starts_with(&self.path)
+                && !name.starts_with(['.', '_'])
+                && name.ends_with(&self.extension);
+        }
+        self.path == path
+    }
+}
+
+/// Whether `path` matches the glob `pattern` as DataFusion matches a source's glob
+/// (`*` and `?` within a path segment, `**` across segments).
+fn glob_match(pattern: &str, path: &str) -> bool {
+    let options = glob::MatchOptions {
+        require_literal_separator: true,
+        ..Default::default()
+    };
+    glob::Pattern::new(pattern).is_ok_and(|p| p.matches_with(path, options))
 }
 
 /// One file a run read: enough to tell later whether it changed.
@@ -151,10 +191,11 @@ pub fn partition_digest(dir: &str, opts: &crate::store::StorageOptions) -> Optio
         crate::hive::PartitionPath::parse(&rel.join("/")).ok()?
     };
     use crate::commit::CommitBackend;
-    match table.live_state(&p).ok()?? {
-        LiveState::Managed(m) => Some(m.digest),
-        LiveState::Foreign { .. } => None,
-    }
+    table
+        .live_state(&p)
+        .ok()??
+        .manifest()
+        .map(|m| m.digest.clone())
 }
 
 /// The name a type is recorded under: view and large string/binary types as their
@@ -197,7 +238,7 @@ impl Manifest {
 
 /// Reads the manifest from one Parquet file's footer; `Ok(None)` if it has none.
 pub fn read_from_file(path: &Path) -> Result<Option<Manifest>> {
-    let file = File::open(path).map_err(Error::io("open", path))?;
+    let file = crate::fs::open(path).map_err(Error::io("open", path))?;
     let meta = ParquetMetaDataReader::new()
         .parse_and_finish(&file)
         .map_err(|source| Error::ParquetRead {
@@ -229,6 +270,27 @@ pub enum LiveState {
     /// The directory exists but is not (or no longer) what an idem run left there:
     /// no Parquet file, no manifest, or files added or removed since.
     Foreign { files: Vec<PathBuf> },
+    /// Object stores: the partition's commit marker names `manifest`, but a plain
+    /// lister of the partition sees something else: `extra` objects the manifest does
+    /// not list (files of an older commit whose apply has not finished, or files
+    /// another tool put there), or not yet all of the manifest's files. idem reads the
+    /// manifest's files (from staging where they are not applied yet); the partition is
+    /// never reported unchanged or fresh, so the next run that owns it publishes it
+    /// again, which removes the extra objects.
+    Unclean {
+        manifest: Box<Manifest>,
+        extra: Vec<PathBuf>,
+    },
+}
+
+impl LiveState {
+    /// The manifest idem's own readers go by (a clean or an unclean commit's).
+    pub fn manifest(&self) -> Option<&Manifest> {
+        match self {
+            LiveState::Managed(m) | LiveState::Unclean { manifest: m, .. } => Some(m),
+            LiveState::Foreign { .. } => None,
+        }
+    }
 }
 
 /// Reads a live partition directory's manifest and checks it against the listing.
@@ -261,13 +323,10 @@ pub fn read_partition(dir: &Path) -> Result<LiveState> {
     };
     // Every entry must be a file the manifest lists: a stray `_SUCCESS` or a directory
     // inside the partition makes it Foreign, so the next run replaces it.
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(entries) = crate::fs::read_dir(dir) else {
         return Ok(LiveState::Foreign { files });
     };
-    let all: Vec<String> = entries
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let all: Vec<String> = entries.into_iter().map(|(name, _)| name).collect();
     let mut listed: Vec<&str> = all.iter().map(String::as_str).collect();
     listed.sort_unstable();
     let mut expected: Vec<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
@@ -281,15 +340,12 @@ pub fn read_partition(dir: &Path) -> Result<LiveState> {
 /// The Parquet files directly inside `dir`, sorted by name (listing order is not trusted).
 pub fn list_parquet_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
-        let entry = entry.map_err(Error::io("list", dir))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for (name, file_type) in crate::fs::read_dir(dir)? {
         if name.starts_with('.') || name.starts_with('_') {
             continue;
         }
-        if name.ends_with(".parquet") && entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
-            out.push(entry.path());
+        if name.ends_with(".parquet") && file_type.is_file() {
+            out.push(dir.join(name));
         }
     }
     out.sort();

@@ -80,7 +80,14 @@ pub fn stores(url: &str, opts: &StorageOptions) -> Result<Stores> {
     if let Some(hit) = cache.lock().expect("not poisoned").get(&cache_key) {
         return Ok(hit.clone());
     }
-    let built = build_stores(url, opts)?;
+    // Every store is reached through the fault layer (a pass-through unless a test
+    // arms it), so fault tests see each call a run makes.
+    let (store, multipart) = build_stores(url, opts)?;
+    let faulty = Arc::new(crate::fault::FaultStore::new(store, multipart.clone()));
+    let built: Stores = (
+        faulty.clone(),
+        multipart.map(|_| faulty as Arc<dyn MultipartStore>),
+    );
     cache
         .lock()
         .expect("not poisoned")
@@ -135,6 +142,21 @@ fn build_stores(url: &str, opts: &StorageOptions) -> Result<Stores> {
             let store = Arc::new(b.build().map_err(|e| bad(e.to_string()))?);
             Ok((store.clone(), Some(store)))
         }
+        // In this process's memory, one store per bucket name: for tests, and gone
+        // when the process ends.
+        "memory" => {
+            type Buckets = std::collections::HashMap<String, Arc<object_store::memory::InMemory>>;
+            static BUCKETS: std::sync::OnceLock<std::sync::Mutex<Buckets>> =
+                std::sync::OnceLock::new();
+            let store = BUCKETS
+                .get_or_init(Default::default)
+                .lock()
+                .expect("not poisoned")
+                .entry(base.clone())
+                .or_default()
+                .clone();
+            Ok((store.clone(), Some(store)))
+        }
         other => Err(bad(format!(
             "`{other}://` is not supported by this build (supported: {})",
             supported_schemes()
@@ -162,6 +184,7 @@ fn supported_schemes() -> String {
     if cfg!(feature = "azure") {
         out.push("az://, abfss://");
     }
+    out.push("memory:// (this process only)");
     if out.is_empty() {
         "local paths only".into()
     } else {
@@ -186,8 +209,11 @@ pub(crate) fn io_runtime() -> &'static tokio::runtime::Runtime {
 /// Runs `f` on the object-store runtime and waits for it (callable from anywhere,
 /// including from inside another runtime).
 pub(crate) fn block<T: Send>(f: impl std::future::Future<Output = T> + Send) -> T {
+    crate::blocking::check("waiting for an object-store request");
     std::thread::scope(|s| {
-        s.spawn(|| io_runtime().block_on(f))
+        // The thread is the request's own: what it waits for (a lock's lease, a
+        // failpoint) blocks nothing else.
+        s.spawn(|| crate::blocking::allowed(|| io_runtime().block_on(f)))
             .join()
             .expect("object-store task panicked")
     })
@@ -197,7 +223,7 @@ pub(crate) fn block<T: Send>(f: impl std::future::Future<Output = T> + Send) -> 
 /// reached.
 pub fn head(url: &str, opts: &StorageOptions) -> Option<(u64, Option<String>)> {
     let store = object_store(url, opts).ok()?;
-    let key = object_store::path::Path::from(key_of(url));
+    let key = raw_key(key_of(url));
     block(async {
         use object_store::ObjectStoreExt;
         store.head(&key).await.ok().map(|m| (m.size, m.e_tag))
@@ -208,7 +234,7 @@ pub fn head(url: &str, opts: &StorageOptions) -> Option<(u64, Option<String>)> {
 pub fn list_dir(url: &str, opts: &StorageOptions) -> Option<Vec<String>> {
     let store = object_store(url, opts).ok()?;
     let base = store_base(url)?;
-    let prefix = object_store::path::Path::from(key_of(url));
+    let prefix = raw_key(key_of(url));
     block(async {
         let listed = store.list_with_delimiter(Some(&prefix)).await.ok()?;
         Some(
@@ -219,6 +245,41 @@ pub fn list_dir(url: &str, opts: &StorageOptions) -> Option<Vec<String>> {
                 .collect(),
         )
     })
+}
+
+/// The object path whose key is exactly `key`, as idem writes keys: partition paths
+/// are already escaped as Hive escapes them (`dt=2026-06-04 01%3A00%3A00`), and must
+/// reach the store as they are. (`Path::from` would percent-encode the `%` again, so
+/// readers would see `%253A`.) Listings give keys back the same way.
+pub fn raw_key(key: impl AsRef<str>) -> object_store::path::Path {
+    let key = key.as_ref();
+    object_store::path::Path::parse(key).unwrap_or_else(|_| {
+        // Only a key holding control characters or empty segments fails to parse;
+        // idem's own keys never do (Hive escaping covers control characters).
+        object_store::path::Path::from(key)
+    })
+}
+
+/// `url` (`scheme://bucket/` and a raw key) as a URL that DataFusion's listing parses
+/// back to the same key: it percent-decodes the URL's path once, so the key's `%`,
+/// `#` and `?` are encoded first.
+pub fn datafusion_url(url: &str) -> String {
+    let Some(base) = store_base(url) else {
+        return url.to_string();
+    };
+    let key = key_of(url);
+    let mut out = String::with_capacity(url.len() + 8);
+    out.push_str(&base);
+    out.push('/');
+    for c in key.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '#' => out.push_str("%23"),
+            '?' => out.push_str("%3F"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The object's key under its bucket: `s3://bucket/a/b` → `a/b`.

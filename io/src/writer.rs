@@ -8,7 +8,7 @@
 //! when the partition is complete, because every file's footer carries the manifest
 //! of the whole partition (its file list, rows and digest).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,10 +65,9 @@ pub struct WrittenPartition {
     pub partition: PartitionPath,
     pub dir: PathBuf,
     pub manifest: Manifest,
-    /// For a read-modify-write (a merge) on a backend without a table lock: publish
-    /// only if the live partition is still the version it was computed from (its
-    /// marker's sequence number; `Some(None)`: no partition yet).
-    pub expected: Option<Option<u64>>,
+    /// For a read-modify-write (a merge): publish only if the live partition is still
+    /// the version it was computed from (`Some(None)`: no partition yet).
+    pub expected: Option<Option<crate::commit::Version>>,
 }
 
 type FileWriter = SerializedFileWriter<SpillFile>;
@@ -138,11 +137,7 @@ struct SpillFile {
 impl SpillFile {
     fn create(path: PathBuf) -> Result<Self> {
         // create_new: two writers must never share a file.
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(Error::io("create", &path))?;
+        let file = crate::fs::create_new(&path).map_err(Error::io("create", &path))?;
         Ok(Self {
             path,
             file: Some(file),
@@ -153,7 +148,7 @@ impl SpillFile {
 
     fn handle(&mut self) -> std::io::Result<&mut File> {
         if self.file.is_none() {
-            self.file = Some(OpenOptions::new().append(true).open(&self.path)?);
+            self.file = Some(crate::fs::open_append(&self.path)?);
         }
         Ok(self.file.as_mut().expect("just opened"))
     }
@@ -176,7 +171,8 @@ impl SpillFile {
 
 impl Write for SpillFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.handle()?.write(buf)?;
+        let path = self.path.clone();
+        let n = crate::fs::write(self.handle()?, &path, buf)?;
         self.written += n as u64;
         Ok(n)
     }
@@ -266,6 +262,11 @@ pub struct PartitionWriter {
     /// Index of the first file this writer names (after the kept files' names).
     first_index: usize,
     generation: u64,
+    /// Random, in every file name this writer gives: no two versions of a partition
+    /// share a file name, so a reader that lists a partition and then opens its files
+    /// one by one fails on a file a publish removed meanwhile, instead of reading a
+    /// newer version's file of the same name.
+    token: u32,
 }
 
 impl PartitionWriter {
@@ -308,6 +309,7 @@ impl PartitionWriter {
             derived: None,
             first_index: 0,
             generation: 0,
+            token: file_token(),
         })
     }
 
@@ -333,8 +335,21 @@ impl PartitionWriter {
                 })?;
             let to = self.dir.join(&f.entry.name);
             // A copy is made durable with the partition's other files, at publish.
-            if std::fs::hard_link(&f.path, &to).is_err() {
-                std::fs::copy(&f.path, &to).map_err(Error::io("copy", &f.path))?;
+            if let Err(e) = crate::fs::hard_link(&f.path, &to) {
+                match crate::fs::copy(&f.path, &to) {
+                    Ok(_) => {}
+                    // The live partition was replaced since the merge read it: the
+                    // merge must be computed again on top of the new one.
+                    Err(c)
+                        if e.kind() == std::io::ErrorKind::NotFound
+                            && c.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        return Err(Error::Conflict {
+                            partition: self.partition.to_string(),
+                        });
+                    }
+                    Err(c) => return Err(Error::io("copy", &f.path)(c)),
+                }
             }
             if let Some(index) = file_index(&f.entry.name) {
                 self.first_index = self.first_index.max(index + 1);
@@ -454,7 +469,7 @@ impl PartitionWriter {
 
     fn open_file(&mut self) -> Result<()> {
         let index = self.first_index + self.done.len();
-        let name = format!("part-{index:05}.parquet");
+        let name = format!("part-{:08x}-{index:05}.parquet", self.token);
         let file = SpillFile::create(self.dir.join(&name))?;
         let parquet_schema = ArrowSchemaConverter::new()
             .with_coerce_types(self.props.coerce_types())
@@ -651,12 +666,20 @@ impl PartitionWriter {
     }
 }
 
-/// The number in a data file's name, `part-00042.parquet` → 42.
+/// The number in a data file's name, `part-1a2b3c4d-00042.parquet` (or, as idem named
+/// files before, `part-00042.parquet`) → 42.
 fn file_index(name: &str) -> Option<usize> {
-    name.strip_prefix("part-")?
-        .strip_suffix(".parquet")?
-        .parse()
-        .ok()
+    let stem = name.strip_prefix("part-")?.strip_suffix(".parquet")?;
+    stem.rsplit('-').next()?.parse().ok()
+}
+
+/// A random token for the file names of one writer.
+fn file_token() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.finish() as u32
 }
 
 /// The schema recorded in the footer for Arrow readers: view types are recorded as
@@ -736,7 +759,7 @@ mod tests {
             WriterOptions::default(),
             std::slice::from_ref(&b),
         );
-        let file = File::open(written.dir.join("part-00000.parquet")).unwrap();
+        let file = File::open(written.dir.join(&written.manifest.files[0].name)).unwrap();
         let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         let chunk = |i: usize| {
             reader
@@ -753,7 +776,7 @@ mod tests {
         // Too few rows to judge: every column keeps its dictionary.
         let small = tempfile::tempdir().unwrap();
         let written = write(small.path(), WriterOptions::default(), &[batch(0, 100)]);
-        let file = File::open(written.dir.join("part-00000.parquet")).unwrap();
+        let file = File::open(written.dir.join(&written.manifest.files[0].name)).unwrap();
         let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         assert!(
             reader
@@ -812,7 +835,7 @@ mod tests {
         };
         let written = write(dir.path(), opts, &[b.slice(0, 1200), b.slice(1200, 1300)]);
         assert_eq!(written.manifest.rows, n as u64);
-        let file = File::open(written.dir.join("part-00000.parquet")).unwrap();
+        let file = File::open(written.dir.join(&written.manifest.files[0].name)).unwrap();
         let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         assert_eq!(reader.metadata().num_row_groups(), 3);
         let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
@@ -874,7 +897,7 @@ mod tests {
             .unwrap();
         assert_eq!(written.manifest.rows, 0);
         assert_eq!(written.manifest.files.len(), 1);
-        let path = written.dir.join("part-00000.parquet");
+        let path = written.dir.join(&written.manifest.files[0].name);
         let builder =
             ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap()).unwrap();
         assert_eq!(builder.schema().fields().len(), 2);
@@ -930,7 +953,14 @@ mod tests {
             let hashed = written("hashed", opts.clone(), None).unwrap();
             let derived = written("derived", opts.clone(), Some(difference())).unwrap();
             assert_eq!(derived.manifest.digest, hashed.manifest.digest);
-            assert_eq!(derived.manifest.files, hashed.manifest.files);
+            // The same files but for their names (each writer names its own).
+            let unnamed = |w: &WrittenPartition| {
+                let files = w.manifest.files.iter();
+                files
+                    .map(|f| (f.rows, f.data_bytes, f.sum.clone()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(unnamed(&derived), unnamed(&hashed));
             assert_eq!(derived.manifest.rows, 3100);
             std::fs::remove_dir_all(dir.path().join("hashed")).unwrap();
             std::fs::remove_dir_all(dir.path().join("derived")).unwrap();
@@ -986,22 +1016,17 @@ mod tests {
         assert_eq!(new.manifest.digest, old.manifest.digest);
         assert_eq!(new.manifest.rows, 3000);
         assert_eq!(new.manifest.generation, 1);
+        // The kept files keep their names; the new file is numbered after them, with a
+        // token of its own (no version of a partition reuses another's file names).
         let names: Vec<&str> = new.manifest.files.iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "part-00000.parquet",
-                "part-00002.parquet",
-                "part-00003.parquet"
-            ]
-        );
+        let old_names: Vec<&str> = old.manifest.files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names[..2], [old_names[0], old_names[2]]);
+        assert!(names[2].ends_with("-00003.parquet"), "{names:?}");
+        assert!(!old_names.contains(&names[2]), "{names:?}");
         // Kept files are the same inodes; the partition reads as the newest manifest.
         use std::os::unix::fs::MetadataExt;
         let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
-        assert_eq!(
-            ino(&old.dir.join("part-00002.parquet")),
-            ino(&new.dir.join("part-00002.parquet"))
-        );
+        assert_eq!(ino(&old.dir.join(names[1])), ino(&new.dir.join(names[1])));
         match crate::manifest::read_partition(&new.dir).unwrap() {
             crate::manifest::LiveState::Managed(m) => assert_eq!(*m, new.manifest),
             other => panic!("{other:?}"),

@@ -11,6 +11,8 @@
 //!
 //! `customers/customers.csv`: customer_id, email, country, signup_date.
 
+pub mod servers;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

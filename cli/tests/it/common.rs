@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -22,12 +21,9 @@ pub const FAILPOINTS: [&str; 8] = [
     "after_publish_one",
 ];
 
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+pub use idem_testdata::servers::{
+    az_env, azurite_endpoint, python, repo_root, s3_endpoint, s3_env,
+};
 
 /// A working directory holding a copy of `testdata/` (so the example jobs' relative
 /// paths work in it, as they do at the repository root).
@@ -127,6 +123,18 @@ pub fn actions(reports: &[Value]) -> Vec<(String, String)> {
     out
 }
 
+/// The one data file of the partition directory `dir` (each version of a partition
+/// names its files anew, so tests do not spell them).
+pub fn only_file(dir: &Path) -> PathBuf {
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .collect();
+    assert_eq!(files.len(), 1, "{}: {files:?}", dir.display());
+    files.into_iter().next().unwrap()
+}
+
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -190,22 +198,6 @@ fn xxhash(b: &[u8]) -> u64 {
     h
 }
 
-/// Installs into `dir` once: `install` runs (failing with `failure`) unless
-/// `dir/.ready` holds the text of `spec`, the file it was installed from, so a change
-/// of `spec` reinstalls. Several test binaries may get here at once: a lock file beside
-/// `dir` serialises them.
-fn install_once(dir: &Path, spec: &Path, install: impl FnOnce() -> bool, failure: &str) {
-    let wanted = std::fs::read_to_string(spec).unwrap();
-    let ready = dir.join(".ready");
-    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
-    let lock = std::fs::File::create(dir.with_extension("lock")).unwrap();
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
-    if std::fs::read_to_string(&ready).ok().as_deref() != Some(wanted.as_str()) {
-        assert!(install(), "{failure}");
-        std::fs::write(&ready, &wanted).unwrap();
-    }
-}
-
 /// Runs `cmd` (output discarded) and kills it with SIGKILL after `delay`; whether it
 /// was still running then.
 pub fn kill_after(mut cmd: Command, delay: std::time::Duration) -> bool {
@@ -244,158 +236,6 @@ pub fn all_at_once(cmds: impl IntoIterator<Item = Command>) -> Vec<Output> {
             out
         })
         .collect()
-}
-
-/// The Python with DuckDB, Polars and pyarrow: `IDEM_PYTHON` if set, else a virtual
-/// environment under `target/py-venv`, created on first use from
-/// `testdata/py/requirements.txt` (needs access to PyPI once).
-pub fn python() -> &'static Path {
-    static PY: OnceLock<PathBuf> = OnceLock::new();
-    PY.get_or_init(|| {
-        if let Ok(p) = std::env::var("IDEM_PYTHON") {
-            return PathBuf::from(p);
-        }
-        let venv = repo_root().join("target/py-venv");
-        let py = venv.join("bin/python");
-        let req = repo_root().join("testdata/py/requirements.txt");
-        install_once(
-            &venv,
-            &req,
-            || {
-                (py.exists()
-                    || Command::new("python3")
-                        .args(["-m", "venv"])
-                        .arg(&venv)
-                        .status()
-                        .is_ok_and(|s| s.success()))
-                    && Command::new(&py)
-                        .args(["-m", "pip", "install", "-q", "-r"])
-                        .arg(&req)
-                        .status()
-                        .is_ok_and(|s| s.success())
-            },
-            &format!(
-                "could not install the Python readers (duckdb, polars, pyarrow) into {}; \
-                 install them with `pip install -r testdata/py/requirements.txt` and set IDEM_PYTHON",
-                venv.display()
-            ),
-        );
-        py
-    })
-}
-
-/// The endpoint of an S3-compatible server: `IDEM_S3_ENDPOINT` if set (CI starts one),
-/// else a moto server started from the readers' environment on a free port, which
-/// stops when this test process ends.
-pub fn s3_endpoint() -> &'static str {
-    static EP: OnceLock<String> = OnceLock::new();
-    EP.get_or_init(|| {
-        if let Ok(e) = std::env::var("IDEM_S3_ENDPOINT") {
-            return e;
-        }
-        let server = python().parent().unwrap().join("moto_server");
-        let port = serve(&server, "-H 127.0.0.1 -p {port}", "moto_server", None);
-        format!("http://127.0.0.1:{port}")
-    })
-}
-
-/// The environment a run needs to reach the test S3 server.
-pub fn s3_env() -> Vec<(&'static str, String)> {
-    vec![
-        ("AWS_ENDPOINT_URL", s3_endpoint().to_string()),
-        ("AWS_ALLOW_HTTP", "true".into()),
-        ("AWS_ACCESS_KEY_ID", "test".into()),
-        ("AWS_SECRET_ACCESS_KEY", "test".into()),
-        ("AWS_REGION", "us-east-1".into()),
-    ]
-}
-
-/// Starts `program args` on a free 127.0.0.1 port (`{port}` in `args`), under a watchdog
-/// shell that stops it once this test process is gone (then removes `data`, the
-/// server's own directory, if any), and waits until it listens.
-fn serve(program: &Path, args: &str, name: &str, data: Option<&Path>) -> u16 {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut watchdog = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "'{}' {} >/dev/null 2>&1 & s=$!; \
-             while kill -0 {me} 2>/dev/null; do sleep 1; done; kill $s; wait $s; {cleanup}",
-            program.display(),
-            args.replace("{port}", &port.to_string()),
-            me = std::process::id(),
-            cleanup = data.map_or(String::new(), |d| format!("rm -rf '{}'", d.display()))
-        ))
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::spawn(move || watchdog.wait());
-    for _ in 0..300 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    panic!("{name} did not start on port {port}");
-}
-
-/// The blob endpoint of Azurite, the Azure Storage emulator: `IDEM_AZURITE_ENDPOINT` if
-/// set (CI starts one), else an Azurite started on a free port from `target/azurite`
-/// (installed there from `testdata/azurite` with npm on first use), which stops when
-/// this test process ends.
-pub fn azurite_endpoint() -> &'static str {
-    static EP: OnceLock<String> = OnceLock::new();
-    EP.get_or_init(|| {
-        if let Ok(e) = std::env::var("IDEM_AZURITE_ENDPOINT") {
-            return e;
-        }
-        let dir = repo_root().join("target/azurite");
-        let bin = dir.join("node_modules/.bin/azurite-blob");
-        install_once(
-            &dir,
-            &repo_root().join("testdata/azurite/package-lock.json"),
-            || {
-                std::fs::create_dir_all(&dir).unwrap();
-                for f in ["package.json", "package-lock.json"] {
-                    std::fs::copy(repo_root().join("testdata/azurite").join(f), dir.join(f))
-                        .unwrap();
-                }
-                Command::new("npm")
-                    .args(["ci", "--no-audit", "--no-fund", "--silent"])
-                    .current_dir(&dir)
-                    .status()
-                    .is_ok_and(|s| s.success())
-            },
-            &format!(
-                "could not install Azurite with npm into {}; install it there with \
-                 `npm ci` (testdata/azurite) or start one and set IDEM_AZURITE_ENDPOINT",
-                dir.display()
-            ),
-        );
-        let data = tempfile::tempdir().unwrap().keep();
-        let port = serve(
-            &bin,
-            &format!(
-                "--blobHost 127.0.0.1 --blobPort {{port}} --location '{}' --silent --skipApiVersionCheck",
-                data.display()
-            ),
-            "azurite-blob",
-            Some(&data),
-        );
-        format!("http://127.0.0.1:{port}")
-    })
-}
-
-/// The environment a run needs to reach the test Azurite (object_store's emulator
-/// settings: the well-known development account, at `AZURITE_BLOB_STORAGE_URL`).
-pub fn az_env() -> Vec<(&'static str, String)> {
-    vec![
-        ("AZURE_STORAGE_USE_EMULATOR", "true".into()),
-        ("AZURITE_BLOB_STORAGE_URL", azurite_endpoint().to_string()),
-    ]
 }
 
 /// Runs `testdata/py/readers.py` and parses its JSON output.

@@ -11,5 +11,6 @@ mod guard;
 mod merge;
 mod project;
 mod readers;
+mod regressions;
 mod run;
 mod s3;

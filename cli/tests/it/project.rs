@@ -38,9 +38,9 @@ fn plan_orders_jobs_and_stale_finds_exactly_the_changed_partitions() {
     let stale = lake.idem(&["stale", "testdata/jobs", "--json"]);
     assert!(json_lines(&stale).is_empty());
     // The mart's manifest records what it read from fct_orders by partition digest.
-    let manifest = idem_io::manifest::read_from_file(
-        &lake.join("lake/analytics/daily_sales/dt=2026-06-01/part-00000.parquet"),
-    )
+    let manifest = idem_io::manifest::read_from_file(&only_file(
+        &lake.join("lake/analytics/daily_sales/dt=2026-06-01"),
+    ))
     .unwrap()
     .unwrap();
     let upstream = status_digests(&lake, "lake/analytics/fct_orders");

@@ -80,11 +80,10 @@ fn source_on(backend: Backend) {
         readers(&["table", lake.join("out/remote").to_str().unwrap()])
     );
     // The manifest records the object it read, by URL, size and ETag.
-    let manifest = idem_io::manifest::read_from_file(
-        &lake.join("out/remote/dt=2026-06-03/part-00000.parquet"),
-    )
-    .unwrap()
-    .unwrap();
+    let manifest =
+        idem_io::manifest::read_from_file(&only_file(&lake.join("out/remote/dt=2026-06-03")))
+            .unwrap()
+            .unwrap();
     let inputs: Vec<&str> = manifest
         .run
         .inputs

@@ -12,12 +12,13 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{CWD, RenameFlags, renameat_with};
+use rustix::fs::RenameFlags;
 use rustix::io::Errno;
 
-use super::{Checked, CommitBackend, PublishMode, Published};
+use super::{Checked, CommitBackend, Guard, PublishMode, Published, Version};
 use crate::durable;
 use crate::error::{Error, Result};
+use crate::fs;
 use crate::hive::PartitionPath;
 use crate::manifest::{LiveState, read_partition};
 use crate::writer::WrittenPartition;
@@ -67,7 +68,7 @@ impl LocalTable {
     /// when the first partition is published: a run that fails earlier leaves no trace
     /// under the table's path.
     pub fn prepare(&self) -> Result<()> {
-        if self.root.exists() && !self.root.is_dir() {
+        if durable::exists(&self.root)? && !durable::is_dir(&self.root)? {
             return Err(Error::NotADirectory {
                 path: self.root.clone(),
             });
@@ -75,13 +76,13 @@ impl LocalTable {
         let staging = self.meta.join("staging");
         durable::create_dir_all(&staging)?;
         let dev = |p: &Path| {
-            std::fs::metadata(p)
+            fs::metadata(p)
                 .map(|m| m.dev())
                 .map_err(Error::io("stat", p))
         };
         // The root, or the nearest ancestor that exists (where it will be created).
         let mut anchor = self.root.as_path();
-        while !anchor.exists() {
+        while !durable::exists(anchor)? {
             anchor = anchor.parent().unwrap_or(Path::new("/"));
         }
         if dev(anchor)? != dev(&staging)? {
@@ -104,7 +105,7 @@ impl LocalTable {
         // each attempt is atomic on its own, so retrying is safe.
         crate::failpoint::hit("before_swap")?;
         for _ in 0..8 {
-            match renameat_with(CWD, staged, CWD, live, RenameFlags::NOREPLACE) {
+            match fs::rename_with(staged, live, RenameFlags::NOREPLACE) {
                 Ok(()) => {
                     self.sync_both(staged, live)?;
                     return Ok(PublishMode::Created);
@@ -113,7 +114,7 @@ impl LocalTable {
                 Err(Errno::INVAL) | Err(Errno::NOSYS) => return self.fallback_swap(staged, live),
                 Err(e) => return Err(rename_error(staged, live, e)),
             }
-            match renameat_with(CWD, staged, CWD, live, RenameFlags::EXCHANGE) {
+            match fs::rename_with(staged, live, RenameFlags::EXCHANGE) {
                 Ok(()) => {
                     self.sync_both(staged, live)?;
                     crate::failpoint::hit("after_swap")?;
@@ -158,15 +159,15 @@ impl LocalTable {
         // While the live directory is missing, no cleaner may restore a dead run's copy
         // into its place (it holds this lock to restore).
         let _swapping = self.lock_table("swaps.lock")?;
-        let had_live = live.exists();
+        let had_live = durable::exists(live)?;
         if had_live {
             durable::create_dir_all(old.parent().expect("trash has a parent"))?;
-            std::fs::rename(live, &old).map_err(Error::io("rename", live))?;
+            fs::rename(live, &old).map_err(Error::io("rename", live))?;
         }
-        if let Err(e) = std::fs::rename(staged, live) {
+        if let Err(e) = fs::rename(staged, live) {
             if had_live {
                 // Put the old partition back rather than leave none.
-                let _ = std::fs::rename(&old, live);
+                let _ = fs::rename(&old, live);
             }
             return Err(Error::io("rename", staged)(e));
         }
@@ -199,7 +200,7 @@ impl Drop for RunLock {
     fn drop(&mut self) {
         // Unlink before the descriptor closes, so no cleaner takes a lock on a file
         // that a new run could still be creating.
-        let _ = std::fs::remove_file(&self.path);
+        let _ = fs::remove_file(&self.path);
     }
 }
 
@@ -228,19 +229,38 @@ impl LocalTable {
         self.lock_table("writes.lock")
     }
 
+    /// Serializes the publish step of every writer of this table: an exclusive `flock`
+    /// on `_idem/<table>/publish.lock`, waited for, held until dropped. Held for the
+    /// few renames and fsyncs of one run's partitions, never while a run computes.
+    pub fn lock_publish(&self) -> Result<std::fs::File> {
+        self.lock_table("publish.lock")
+    }
+
     /// An exclusive `flock` on `_idem/<table>/<name>`, waited for, held until dropped.
     fn lock_table(&self, name: &str) -> Result<std::fs::File> {
         durable::create_dir_all(&self.meta)?;
         let path = self.meta.join(name);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(Error::io("create", &path))?;
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        let file = fs::open_or_create(&path).map_err(Error::io("create", &path))?;
+        fs::flock(&file, &path, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| Error::io("lock", &path)(e.into()))?;
         Ok(file)
+    }
+
+    /// The identity of the directory at `dir` (device, inode, change time), which a
+    /// swap or a fallback publish replaces with another directory's; `None` when there
+    /// is none.
+    fn dir_version(dir: &Path) -> Result<Option<Version>> {
+        match fs::metadata(dir) {
+            Ok(m) => Ok(Some(Version(format!(
+                "{}:{}:{}.{:09}",
+                m.dev(),
+                m.ino(),
+                m.ctime(),
+                m.ctime_nsec()
+            )))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("stat", dir)(e)),
+        }
     }
 
     /// Removes what dead runs left behind: their staging directories (including old
@@ -251,15 +271,17 @@ impl LocalTable {
         let mut runs: Vec<String> = Vec::new();
         let trash = self.meta.join("trash");
         for (dir, want_dir) in [(&staging, true), (&trash, true), (&self.locks_dir(), false)] {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                continue;
+            let entries = match fs::read_dir(dir) {
+                Ok(e) => e,
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
-            for e in entries.flatten() {
-                let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
-                if is_dir != want_dir {
+            for (name, file_type) in entries {
+                if file_type.is_dir() != want_dir {
                     continue; // not something a run creates here
                 }
-                let name = e.file_name().to_string_lossy().into_owned();
                 let run = match (want_dir, name.strip_suffix(".lock")) {
                     (true, _) => name.clone(),
                     (false, Some(run)) => run.to_string(),
@@ -288,13 +310,13 @@ impl LocalTable {
             // A dead run may have died between the two renames of the fallback publish:
             // a partition whose live directory is missing gets its old copy back, unless
             // a live run is between its own two renames there.
-            if trash.join(&run).exists() {
+            if durable::exists(&trash.join(&run))? {
                 let _swaps = self.lock_table("swaps.lock")?;
                 self.restore_from_trash(&trash.join(&run))?;
             }
             durable::remove_dir_all(&trash.join(&run))?;
             durable::remove_dir_all(&staging.join(&run))?;
-            std::fs::remove_file(&lock_path).map_err(Error::io("remove", &lock_path))?;
+            fs::remove_file(&lock_path).map_err(Error::io("remove", &lock_path))?;
             durable::sync_dir(&self.locks_dir())?;
             cleaned.push(run);
         }
@@ -309,14 +331,11 @@ fn lock_file(path: &Path, wait: bool) -> Result<Option<std::fs::File>> {
     use rustix::fs::FlockOperation;
     // Read-only when it exists: a lock is taken on any descriptor, and a dead run's
     // file may belong to another user.
-    let file = match std::fs::File::open(path) {
+    let file = match fs::open(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(Error::io("create", path))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::open_or_create(path).map_err(Error::io("create", path))?
+        }
         Err(e) => return Err(Error::io("open", path)(e)),
     };
     let op = if wait {
@@ -324,13 +343,13 @@ fn lock_file(path: &Path, wait: bool) -> Result<Option<std::fs::File>> {
     } else {
         FlockOperation::NonBlockingLockExclusive
     };
-    match rustix::fs::flock(&file, op) {
+    match fs::flock(&file, path, op) {
         Ok(()) => {}
         Err(Errno::WOULDBLOCK) if !wait => return Ok(None),
         Err(e) => return Err(Error::io("lock", path)(e.into())),
     }
     let held = file.metadata().map_err(Error::io("stat", path))?;
-    match std::fs::metadata(path) {
+    match fs::metadata(path) {
         Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => Ok(Some(file)),
         Ok(_) => Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -342,22 +361,22 @@ impl LocalTable {
     fn restore_from_trash(&self, run_trash: &Path) -> Result<()> {
         let mut stack = vec![run_trash.to_path_buf()];
         while let Some(dir) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let path = e.path();
-                if e.file_name() == "partition" {
+            // An error here must stop the cleaner: it removes the trash next, which may
+            // hold the only copy of a partition.
+            let entries = fs::read_dir(&dir)?;
+            for (name, file_type) in entries {
+                let path = dir.join(&name);
+                if name == "partition" {
                     let rel = dir.strip_prefix(run_trash).unwrap_or(Path::new(""));
                     let live = self.root.join(rel);
-                    if !live.exists() {
+                    if !durable::exists(&live)? {
                         if let Some(parent) = live.parent() {
                             durable::create_dir_all(parent)?;
                         }
-                        std::fs::rename(&path, &live).map_err(Error::io("restore", &live))?;
+                        fs::rename(&path, &live).map_err(Error::io("restore", &live))?;
                         durable::sync_dir(live.parent().expect("live has a parent"))?;
                     }
-                } else if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                } else if file_type.is_dir() {
                     stack.push(path);
                 }
             }
@@ -409,8 +428,24 @@ impl CommitBackend for LocalTable {
         Some(self)
     }
 
-    fn lock_writes(&self) -> Result<Option<Box<dyn std::any::Any + Send>>> {
+    fn lock_writes(&self) -> Result<Option<Guard>> {
         Ok(Some(Box::new(LocalTable::lock_writes(self)?)))
+    }
+
+    fn lock_publish(&self) -> Result<Option<Guard>> {
+        Ok(Some(Box::new(LocalTable::lock_publish(self)?)))
+    }
+
+    fn live_version(&self, p: &PartitionPath) -> Result<Option<Version>> {
+        Self::dir_version(&self.partition_dir(p))
+    }
+
+    fn check_layout(&self, partition_by: &[String]) -> Result<()> {
+        let entries = crate::layout::walk_local(&self.root)?;
+        crate::layout::check(&entries, partition_by).map_err(|problem| Error::Layout {
+            table: self.root.display().to_string(),
+            problem,
+        })
     }
 
     fn file_location(&self, p: &PartitionPath, name: &str) -> String {
@@ -424,7 +459,7 @@ impl CommitBackend for LocalTable {
     fn live_partitions(&self, depth: usize) -> Result<Vec<PartitionPath>> {
         let mut out = Vec::new();
         if depth == 0 {
-            if self.root.is_dir() {
+            if durable::is_dir(&self.root)? {
                 out.push(PartitionPath::root());
             }
             return Ok(out);
@@ -433,28 +468,30 @@ impl CommitBackend for LocalTable {
         for level in 0..depth {
             let mut next = Vec::new();
             for (dir, rel) in frontier {
-                let entries = match std::fs::read_dir(&dir) {
+                let entries = match fs::read_dir(&dir) {
                     Ok(e) => e,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(Error::io("list", &dir)(e)),
+                    Err(Error::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        continue;
+                    }
+                    Err(e) => return Err(e),
                 };
-                for entry in entries {
-                    let entry = entry.map_err(Error::io("list", &dir))?;
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
-                    if !is_dir
+                for (name, file_type) in entries {
+                    if !file_type.is_dir()
                         || name.starts_with('.')
                         || name.starts_with('_')
                         || !name.contains('=')
                     {
                         continue;
                     }
+                    let path = dir.join(&name);
                     let rel = if rel.is_empty() {
                         name
                     } else {
                         format!("{rel}/{name}")
                     };
-                    next.push((entry.path(), rel));
+                    next.push((path, rel));
                 }
             }
             frontier = next;
@@ -470,7 +507,7 @@ impl CommitBackend for LocalTable {
 
     fn live_state(&self, p: &PartitionPath) -> Result<Option<LiveState>> {
         let dir = self.partition_dir(p);
-        if !dir.is_dir() {
+        if !durable::is_dir(&dir)? {
             return Ok(None);
         }
         read_partition(&dir).map(Some)
@@ -479,6 +516,15 @@ impl CommitBackend for LocalTable {
     fn publish(&self, part: Checked) -> Result<Published> {
         let written = part.0;
         let live = self.partition_dir(&written.partition);
+        // A read-modify-write publishes only over the version it read (the caller
+        // holds the publish lock, so nothing can move in between).
+        if let Some(expected) = &written.expected
+            && Self::dir_version(&live)? != *expected
+        {
+            return Err(Error::Conflict {
+                partition: written.partition.to_string(),
+            });
+        }
         // The staged files become durable only now that they are to be published.
         durable::sync_files_and_dir(&written.dir)?;
         let mode = self.swap(&written.dir, &live)?;

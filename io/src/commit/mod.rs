@@ -60,6 +60,16 @@ pub struct Published {
     pub mode: PublishMode,
 }
 
+/// The version of a live partition, as a read-modify-write must find it again at
+/// publish: every publish of the partition makes a new one (an object store's marker
+/// sequence number; on disk, the identity of the partition's directory, which every
+/// swap replaces).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version(pub String);
+
+/// A guard that holds something of the table (a lock, a lease) until dropped.
+pub type Guard = Box<dyn std::any::Any + Send>;
+
 /// A table's storage and its commit protocol.
 pub trait CommitBackend: Send + Sync {
     /// The table's path or URL, for messages.
@@ -78,13 +88,23 @@ pub trait CommitBackend: Send + Sync {
         None
     }
     /// Serializes read-modify-write writers (merges) of the table while held.
-    fn lock_writes(&self) -> Result<Option<Box<dyn std::any::Any + Send>>>;
-    /// The version of the live partition a read-modify-write must still find at
-    /// publish, as a fence behind the lock (`None` where the backend has no versions,
-    /// and for a partition with no marker).
-    fn live_version(&self, _p: &PartitionPath) -> Result<Option<u64>> {
+    fn lock_writes(&self) -> Result<Option<Guard>>;
+    /// Serializes the publish step of every writer of the table while held (`None`
+    /// where each partition's commit is its own fence, as on object stores): a run
+    /// checks the versions its read-modify-write depends on and publishes all of its
+    /// partitions under it, so no other publish falls in between.
+    fn lock_publish(&self) -> Result<Option<Guard>> {
         Ok(None)
     }
+    /// The version of the live partition, which a read-modify-write must still find
+    /// at publish; `None` when the partition does not exist.
+    fn live_version(&self, p: &PartitionPath) -> Result<Option<Version>>;
+    /// Refuses a table root that holds anything but Parquet files and partition
+    /// directories of the layout `partition_by` (and the `_SUCCESS` and `.crc` files
+    /// Hadoop writers leave): a run replaces partitions whole, so anything else there
+    /// would be destroyed. Foreign Parquet files inside a partition of that layout are
+    /// fine: the run that owns the partition replaces them.
+    fn check_layout(&self, partition_by: &[String]) -> Result<()>;
     /// Where data file `name` of partition `p` is read from: a path, or a URL.
     fn file_location(&self, p: &PartitionPath, name: &str) -> String;
     /// Where the live files `names` of partition `p` can be read right now (an object

@@ -45,11 +45,12 @@ use object_store::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{Checked, CommitBackend, PublishMode, Published};
+use super::{Checked, CommitBackend, Guard, PublishMode, Published, Version};
 use crate::error::{Error, Result};
 use crate::hive::PartitionPath;
 use crate::log::Restatement;
 use crate::manifest::{LiveState, Manifest};
+use crate::store::raw_key;
 use crate::writer::WrittenPartition;
 
 /// Multipart chunk size, and how many chunks may be in flight per upload.
@@ -63,15 +64,31 @@ const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Generous against clock skew: the lease's age is the store's clock against ours.
 const DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// A run's lease: `_idem/<table>/leases/<run id>.json`.
+/// A run's lease: `_idem/<table>/leases/<run id>.json` (and the body of the write
+/// lock). It says who holds it, precisely enough for another process to tell whether
+/// the holder is alive without waiting for the lease to go stale.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Lease {
     /// Hostname and boot id: a pid is only meaningful on the same boot of the same
-    /// machine (two containers may share a hostname, not a boot id and pid namespace).
+    /// machine.
     host: String,
     #[serde(default)]
     boot: String,
+    /// The pid namespace (`/proc/self/ns/pid`): containers of one pod share a hostname
+    /// and a kernel, but not their pids.
+    #[serde(default)]
+    pidns: String,
     pid: u32,
+    /// The process's start time in clock ticks since boot: a pid reused by a later
+    /// process does not make a dead holder look alive.
+    #[serde(default)]
+    start: u64,
+    /// A token of the holding process and one of the holding guard: within one
+    /// process, a lease is alive exactly while its guard is.
+    #[serde(default)]
+    process: u64,
+    #[serde(default)]
+    holder: u64,
 }
 
 fn hostname() -> String {
@@ -80,50 +97,115 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
-/// This process's lease.
-fn lease_body() -> Vec<u8> {
-    serde_json::to_vec(&Lease {
-        host: hostname(),
-        boot: boot_id(),
-        pid: std::process::id(),
-    })
-    .expect("lease serializes")
-}
-
-/// Whether the lease `bytes`, last written at `modified`, belongs to a dead process:
-/// one on this host and boot whose pid is gone, or one not refreshed for `DEAD_AFTER`.
-fn lease_dead(bytes: &[u8], modified: chrono::DateTime<chrono::Utc>) -> bool {
-    let Ok(lease) = serde_json::from_slice::<Lease>(bytes) else {
-        return true;
-    };
-    let (here, boot) = (hostname(), boot_id());
-    if !here.is_empty()
-        && !boot.is_empty()
-        && lease.host == here
-        && lease.boot == boot
-        && !Path::new(&format!("/proc/{}", lease.pid)).exists()
-    {
-        return true;
-    }
-    chrono::Utc::now() - modified >= chrono::Duration::from_std(DEAD_AFTER).expect("fits")
-}
-
 fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
 }
 
+fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .map(|l| l.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The start time (field 22 of `/proc/PID/stat`, clock ticks after boot) of `pid`.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is parenthesized and may hold spaces.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// This process's token: random, so two processes never share one.
+fn process_token() -> u64 {
+    static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOKEN.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish() | 1
+    })
+}
+
+/// The holder tokens of the leases this process holds now.
+fn held() -> &'static std::sync::Mutex<std::collections::BTreeSet<u64>> {
+    static HELD: std::sync::OnceLock<std::sync::Mutex<std::collections::BTreeSet<u64>>> =
+        std::sync::OnceLock::new();
+    HELD.get_or_init(Default::default)
+}
+
+/// A holder of a lease in this process: alive (to every reader of its lease in this
+/// process) until dropped.
+struct Holder(u64);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        held().lock().expect("not poisoned").remove(&self.0);
+    }
+}
+
+/// A lease body for a new holder in this process, registered as alive before the body
+/// can be put anywhere.
+fn lease_body() -> (Vec<u8>, Holder) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let holder = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    held().lock().expect("not poisoned").insert(holder);
+    let pid = std::process::id();
+    let body = serde_json::to_vec(&Lease {
+        host: hostname(),
+        boot: boot_id(),
+        pidns: pid_namespace(),
+        pid,
+        start: start_time(pid).unwrap_or(0),
+        process: process_token(),
+        holder,
+    })
+    .expect("lease serializes");
+    (body, Holder(holder))
+}
+
+/// Whether the lease `bytes`, last written at `modified`, belongs to a dead holder:
+/// a guard of this process that is gone; a process of this host, boot and pid
+/// namespace whose pid is gone or now names a later process; or any holder whose lease
+/// was not refreshed for `DEAD_AFTER`.
+fn lease_dead(bytes: &[u8], modified: chrono::DateTime<chrono::Utc>) -> bool {
+    let Ok(lease) = serde_json::from_slice::<Lease>(bytes) else {
+        return true;
+    };
+    if lease.process == process_token() {
+        return !held().lock().expect("not poisoned").contains(&lease.holder);
+    }
+    let (here, boot, pidns) = (hostname(), boot_id(), pid_namespace());
+    let same_namespace = !here.is_empty()
+        && !boot.is_empty()
+        && !pidns.is_empty()
+        && lease.host == here
+        && lease.boot == boot
+        && lease.pidns == pidns;
+    if same_namespace && start_time(lease.pid).is_none_or(|s| lease.start != 0 && s != lease.start)
+    {
+        return true;
+    }
+    chrono::Utc::now() - modified >= chrono::Duration::from_std(DEAD_AFTER).expect("fits")
+}
+
 /// Keeps a run's lease fresh until dropped, then removes it.
 struct LeaseGuard {
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    _holder: Holder,
 }
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
         drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
+        // Waiting for the lease's removal is a blocking wait: on an async worker the
+        // thread finishes on its own (the lease is dead to every reader once the
+        // holder is gone).
+        if let Some(t) = self.thread.take()
+            && crate::blocking::may_block()
+        {
             let _ = t.join();
         }
     }
@@ -268,8 +350,8 @@ impl ObjectTable {
             xxhash_rust::xxh3::xxh3_64(url.as_bytes())
         ));
         Ok(Self {
-            root: ObjectPath::from(key.as_str()),
-            meta: ObjectPath::from(format!("{parent}{}/{name}", super::local::META_DIR)),
+            root: raw_key(key.as_str()),
+            meta: raw_key(format!("{parent}{}/{name}", super::local::META_DIR)),
             url,
             store,
             multipart,
@@ -299,7 +381,7 @@ impl ObjectTable {
     /// table's objects.
     async fn scan(&self) -> Result<std::collections::BTreeSet<PartitionPath>> {
         let mut out = std::collections::BTreeSet::new();
-        let markers = ObjectPath::from(format!("{}/markers", self.meta));
+        let markers = raw_key(format!("{}/markers", self.meta));
         for o in self.list_all(&markers).await? {
             let Some(rel) = o
                 .location
@@ -338,7 +420,7 @@ impl ObjectTable {
     /// Whether the prefix holds an idem table (it has partition markers).
     pub fn is_idem_table(&self) -> Result<bool> {
         self.block(async {
-            let markers = ObjectPath::from(format!("{}/markers", self.meta));
+            let markers = raw_key(format!("{}/markers", self.meta));
             let mut listed = self.store.list(Some(&markers));
             use futures::StreamExt;
             match listed.next().await {
@@ -360,15 +442,9 @@ impl ObjectTable {
                 let Some((m, _)) = self.read_marker(&p).await? else {
                     return Ok::<_, Error>(None);
                 };
-                let prefix = self.partition_prefix(&p);
                 let mut urls = Vec::with_capacity(m.files.len());
                 for f in &m.files {
-                    let live = ObjectPath::from(format!("{prefix}/{}", f.name));
-                    let key = if self.store.head(&live).await.is_ok() {
-                        live
-                    } else {
-                        ObjectPath::from(format!("{}/{}", m.staging, f.staged))
-                    };
+                    let key = self.committed_file(&p, &m, f).await?;
                     urls.push(format!("{base}/{key}"));
                 }
                 Ok(Some((m.manifest, urls)))
@@ -380,10 +456,29 @@ impl ObjectTable {
         Ok(out)
     }
 
+    /// Where a committed file is read right now: in the partition, or while the
+    /// apply has not copied it there, its staged copy. Only a file that is not there
+    /// (not a failed request) sends the reader to staging.
+    async fn committed_file(
+        &self,
+        p: &PartitionPath,
+        m: &Marker,
+        f: &MarkerFile,
+    ) -> Result<ObjectPath> {
+        let live = raw_key(format!("{}/{}", self.partition_prefix(p), f.name));
+        match self.store.head(&live).await {
+            Ok(_) => Ok(live),
+            Err(object_store::Error::NotFound { .. }) => {
+                Ok(raw_key(format!("{}/{}", m.staging, f.staged)))
+            }
+            Err(e) => Err(self.err("look up", &live)(e)),
+        }
+    }
+
     /// The table's restatement events, oldest first.
     pub fn log(&self) -> Result<Vec<Restatement>> {
         self.block(async {
-            let prefix = ObjectPath::from(format!("{}/log", self.meta));
+            let prefix = raw_key(format!("{}/log", self.meta));
             let mut objects = self.list_all(&prefix).await?;
             objects.sort_by(|a, b| a.location.cmp(&b.location));
             let mut out = Vec::with_capacity(objects.len());
@@ -405,7 +500,7 @@ impl ObjectTable {
     /// Runs with staged uploads still present (in progress, dead, or not yet applied).
     pub fn staged_runs(&self) -> Result<Vec<String>> {
         self.block(async {
-            let staging = ObjectPath::from(format!("{}/staging", self.meta));
+            let staging = raw_key(format!("{}/staging", self.meta));
             Ok(self
                 .list_level(&staging)
                 .await?
@@ -465,7 +560,7 @@ impl ObjectTable {
     /// `_idem/<table>/probe/`; `recover` removes any a killed process left.
     fn probe_key(&self) -> ObjectPath {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        ObjectPath::from(format!(
+        raw_key(format!(
             "{}/probe/{:016x}-{}-{}",
             self.meta,
             xxhash_rust::xxh3::xxh3_64(format!("{}/{}", hostname(), boot_id()).as_bytes()),
@@ -494,7 +589,7 @@ impl ObjectTable {
     fn marker_key(&self, p: &PartitionPath) -> ObjectPath {
         let rel = p.rel_path().to_string_lossy().into_owned();
         let rel = if rel.is_empty() { "_table".into() } else { rel };
-        ObjectPath::from(format!("{}/markers/{rel}.json", self.meta))
+        raw_key(format!("{}/markers/{rel}.json", self.meta))
     }
 
     fn partition_prefix(&self, p: &PartitionPath) -> ObjectPath {
@@ -502,12 +597,12 @@ impl ObjectTable {
         if rel.is_empty() {
             self.root.clone()
         } else {
-            ObjectPath::from(format!("{}/{rel}", self.root))
+            raw_key(format!("{}/{rel}", self.root))
         }
     }
 
     fn lease_key(&self, run_id: &str) -> ObjectPath {
-        ObjectPath::from(format!("{}/leases/{run_id}.json", self.meta))
+        raw_key(format!("{}/leases/{run_id}.json", self.meta))
     }
 
     /// Whether the run that staged `run_id` is alive: its lease is fresh, and when it
@@ -524,7 +619,7 @@ impl ObjectTable {
     /// read-modify-write: created only if absent; a dead holder's lock is taken over
     /// by a conditional overwrite of the version read, so two waiters cannot both win.
     async fn acquire_writes(&self, body: &[u8]) -> Result<()> {
-        let key = ObjectPath::from(format!("{}/writes.lock", self.meta));
+        let key = raw_key(format!("{}/writes.lock", self.meta));
         let started = std::time::Instant::now();
         loop {
             let create = PutOptions::from(PutMode::Create);
@@ -572,7 +667,12 @@ impl ObjectTable {
 
     /// Keeps `key` holding `body` (refreshed every `HEARTBEAT`) until the guard drops,
     /// then deletes it.
-    fn hold(&self, key: ObjectPath, body: Vec<u8>) -> Result<Box<dyn std::any::Any + Send>> {
+    fn hold(
+        &self,
+        key: ObjectPath,
+        body: Vec<u8>,
+        holder: Holder,
+    ) -> Result<Box<dyn std::any::Any + Send>> {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let table = self.clone();
         let thread = std::thread::Builder::new()
@@ -586,12 +686,21 @@ impl ObjectTable {
                         tracing::warn!(error = %e, "could not refresh a lease");
                     }
                 }
-                let _ = table.block(async { table.store.delete(&key).await });
+                // Only if it is still this holder's: a holder taken for dead may
+                // have been replaced (the write lock taken over).
+                table.block(async {
+                    if let Ok(Some((_, now))) = table.read("read lease", &key).await
+                        && now == body
+                    {
+                        let _ = table.store.delete(&key).await;
+                    }
+                });
             })
             .map_err(Error::io("start the lease thread for", self.url.clone()))?;
         Ok(Box::new(LeaseGuard {
             stop: Some(tx),
             thread: Some(thread),
+            _holder: holder,
         }))
     }
 
@@ -607,7 +716,7 @@ impl ObjectTable {
     }
 
     fn staging_prefix(&self, run_id: &str) -> ObjectPath {
-        ObjectPath::from(format!("{}/staging/{run_id}", self.meta))
+        raw_key(format!("{}/staging/{run_id}", self.meta))
     }
 
     /// The partition's marker and the version to update it against.
@@ -627,24 +736,16 @@ impl ObjectTable {
         Ok(Some((marker, version)))
     }
 
-    /// The data objects directly in a partition (not in deeper partitions).
+    /// Every object directly in a partition (not in deeper partitions): its data files,
+    /// and anything else a plain lister of the partition would meet.
     async fn list_partition(&self, p: &PartitionPath) -> Result<Vec<object_store::ObjectMeta>> {
         let prefix = self.partition_prefix(p);
-        Ok(self
-            .list_level(&prefix)
-            .await?
-            .objects
-            .into_iter()
-            .filter(|o| {
-                o.location
-                    .filename()
-                    .is_some_and(|n| n.ends_with(".parquet") && !n.starts_with(['_', '.']))
-            })
-            .collect())
+        Ok(self.list_level(&prefix).await?.objects)
     }
 
     async fn upload(&self, local: &Path, key: &ObjectPath, run_id: &str) -> Result<u64> {
         use tokio::io::AsyncReadExt;
+        crate::fs::check("read", local).map_err(Error::io("read", local))?;
         let mut file = tokio::fs::File::open(local)
             .await
             .map_err(Error::io("open", local))?;
@@ -713,7 +814,7 @@ impl ObjectTable {
             .create_multipart(key)
             .await
             .map_err(self.err("start upload", key))?;
-        let record = ObjectPath::from(format!(
+        let record = raw_key(format!(
             "{}/uploads/{run_id}/{:016x}.json",
             self.meta,
             xxhash_rust::xxh3::xxh3_64(key.as_ref().as_bytes())
@@ -723,10 +824,12 @@ impl ObjectTable {
             id: id.clone(),
         })
         .expect("record serializes");
-        self.store
-            .put(&record, PutPayload::from(body))
-            .await
-            .map_err(self.err("record upload", &record))?;
+        if let Err(e) = self.store.put(&record, PutPayload::from(body)).await {
+            // Unrecorded, the upload could never be found again: abort it now. (Had
+            // the put landed, the record names an upload that is gone, which is fine.)
+            let _ = mp.abort_multipart(key, &id).await;
+            return Err(self.err("record upload", &record)(e));
+        }
         let result: Result<(Vec<object_store::multipart::PartId>, u64)> = async {
             let mut parts = Vec::new();
             let mut in_flight = futures::stream::FuturesOrdered::new();
@@ -774,12 +877,19 @@ impl ObjectTable {
                 mp.complete_multipart(key, &id, parts)
                     .await
                     .map_err(self.err("complete upload", key))?;
-                self.delete_quiet(&record).await?;
+                // A record left behind names a completed upload: its abort finds
+                // nothing, and the next cleaner removes it.
+                if let Err(e) = self.delete_quiet(&record).await {
+                    tracing::warn!(error = %e, "could not remove an upload's record");
+                }
                 Ok(total)
             }
             Err(e) => {
-                let _ = mp.abort_multipart(key, &id).await;
-                let _ = self.delete_quiet(&record).await;
+                // The record goes only once the upload is known to be gone; otherwise
+                // the next run or `idem gc` aborts it from the record.
+                if mp.abort_multipart(key, &id).await.is_ok() {
+                    let _ = self.delete_quiet(&record).await;
+                }
                 Err(e)
             }
         }
@@ -790,16 +900,22 @@ impl ObjectTable {
         let Some(mp) = &self.multipart else {
             return Ok(());
         };
-        let prefix = ObjectPath::from(format!("{}/uploads/{run_id}", self.meta));
+        let prefix = raw_key(format!("{}/uploads/{run_id}", self.meta));
         for o in self.list_all(&prefix).await? {
             let Some((_, bytes)) = self.read("read", &o.location).await? else {
                 continue; // removed since the listing
             };
             if let Ok(r) = serde_json::from_slice::<UploadRecord>(&bytes) {
-                // An upload already completed or aborted is gone: nothing to do.
-                let _ = mp
-                    .abort_multipart(&ObjectPath::from(r.key.as_str()), &r.id)
-                    .await;
+                let key = raw_key(r.key.as_str());
+                match mp.abort_multipart(&key, &r.id).await {
+                    // An upload already completed or aborted is gone: nothing to do.
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    // Keep the record: the next cleaner aborts it.
+                    Err(e) => {
+                        tracing::warn!(error = %e, upload = %key, "could not abort an upload; kept its record to try again");
+                        continue;
+                    }
+                }
             }
             self.delete_quiet(&o.location).await?;
         }
@@ -820,8 +936,8 @@ impl ObjectTable {
             if present.contains(&f.name) {
                 continue;
             }
-            let from = ObjectPath::from(format!("{}/{}", marker.staging, f.staged));
-            let to = ObjectPath::from(format!("{prefix}/{}", f.name));
+            let from = raw_key(format!("{}/{}", marker.staging, f.staged));
+            let to = raw_key(format!("{prefix}/{}", f.name));
             match self.store.copy(&from, &to).await {
                 Ok(()) => {}
                 // Another process applied this marker and removed the staged copy.
@@ -848,25 +964,32 @@ impl ObjectTable {
         {
             self.remove_superseded(p).await?;
         }
-        let staged = ObjectPath::from(marker.staging.as_str());
+        let staged = raw_key(marker.staging.as_str());
         self.delete_prefix(&staged).await
     }
 
-    /// Deletes the partition's objects that the current marker does not list and that
-    /// are older than it (by the sequence number in their name) or not idem's.
+    /// Deletes the partition's objects that the current marker does not list: files of
+    /// older markers, and anything another tool put there.
+    ///
+    /// A newer marker's files must survive: they are copied only after that marker is
+    /// committed. So the marker is read before and after the listing, and the listing
+    /// is trusted only when both reads agree (no commit happened before it ended, so
+    /// every object it shows that the marker does not list is superseded or foreign).
+    /// When they disagree, the newer marker's own apply does the cleaning.
     async fn remove_superseded(&self, p: &PartitionPath) -> Result<()> {
         let Some((marker, _)) = self.read_marker(p).await? else {
             return Ok(());
         };
-        for o in self.list_partition(p).await? {
+        let listed = self.list_partition(p).await?;
+        let now = self.read_marker(p).await?;
+        if now.is_none_or(|(m, _)| m.seq != marker.seq || m.run_id != marker.run_id) {
+            return Ok(());
+        }
+        for o in listed {
             let name = o.location.filename().unwrap_or_default();
-            if marker.files.iter().any(|f| f.name == name) {
-                continue;
+            if !marker.files.iter().any(|f| f.name == name) {
+                self.delete_quiet(&o.location).await?;
             }
-            if seq_of(name).is_some_and(|s| s >= marker.seq) {
-                continue; // a newer marker's file
-            }
-            self.delete_quiet(&o.location).await?;
         }
         Ok(())
     }
@@ -931,7 +1054,7 @@ impl ObjectTable {
         };
         let mut files = Vec::with_capacity(written.manifest.files.len());
         for f in &written.manifest.files {
-            let key = ObjectPath::from(format!("{staging}/{}", f.name));
+            let key = raw_key(format!("{staging}/{}", f.name));
             let size = self
                 .upload(&written.dir.join(&f.name), &key, run_id)
                 .await?;
@@ -942,15 +1065,15 @@ impl ObjectTable {
             // The staged files must still be there (no one took this run for dead):
             // a marker must never name files that exist nowhere.
             for (name, _) in &files {
-                let key = ObjectPath::from(format!("{staging}/{name}"));
+                let key = raw_key(format!("{staging}/{name}"));
                 self.store
                     .head(&key)
                     .await
                     .map_err(self.err("check staged file", &key))?;
             }
             let current = self.read_marker(p).await?;
-            if let Some(expected) = written.expected
-                && current.as_ref().map(|(m, _)| m.seq) != expected
+            if let Some(expected) = &written.expected
+                && current.as_ref().map(|(m, _)| marker_version(m)) != *expected
             {
                 return Err(Error::Conflict {
                     partition: p.to_string(),
@@ -964,8 +1087,7 @@ impl ObjectTable {
                 // Another writer published the same content: nothing to do but finish
                 // its apply if it has not.
                 self.apply(p, m).await?;
-                self.delete_prefix(&ObjectPath::from(staging.as_str()))
-                    .await?;
+                self.delete_prefix(&raw_key(staging.as_str())).await?;
                 return Ok(PublishMode::AlreadyLive);
             }
             let seq = current.as_ref().map_or(1, |(m, _)| m.seq + 1);
@@ -1032,14 +1154,14 @@ impl ObjectTable {
     async fn recover(&self) -> Result<Vec<String>> {
         // A probe lives for milliseconds: one older than a dead lease was left by a
         // killed process.
-        let probes = ObjectPath::from(format!("{}/probe", self.meta));
+        let probes = raw_key(format!("{}/probe", self.meta));
         let stale = chrono::Utc::now() - DEAD_AFTER;
         for o in self.list_all(&probes).await? {
             if o.last_modified < stale {
                 self.delete_quiet(&o.location).await?;
             }
         }
-        let staging = ObjectPath::from(format!("{}/staging", self.meta));
+        let staging = raw_key(format!("{}/staging", self.meta));
         let objects = self.list_all(&staging).await?;
         // run id → partition rel → newest modification
         let mut runs: std::collections::BTreeMap<
@@ -1071,7 +1193,7 @@ impl ObjectTable {
         // Runs that were uploading (their parts are not listed as objects) or that died
         // before uploading anything: known by their upload records and leases.
         for dir in ["uploads", "leases"] {
-            let prefix = ObjectPath::from(format!("{}/{dir}", self.meta));
+            let prefix = raw_key(format!("{}/{dir}", self.meta));
             for o in self.list_all(&prefix).await? {
                 let Some(rest) = o.location.as_ref().strip_prefix(prefix.as_ref()) else {
                     continue;
@@ -1084,6 +1206,19 @@ impl ObjectTable {
                     .unwrap_or(rest);
                 runs.entry(run.to_string()).or_default();
             }
+        }
+        // Runs of this machine that staged locally and died before uploading (or whose
+        // own cleanup failed): known by their local staging directories.
+        match crate::fs::read_dir(&self.local) {
+            Ok(dirs) => {
+                for (run, file_type) in dirs {
+                    if file_type.is_dir() {
+                        runs.entry(run).or_default();
+                    }
+                }
+            }
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
         let mut cleaned = Vec::new();
         for (run, partitions) in runs {
@@ -1100,7 +1235,7 @@ impl ObjectTable {
                 } else {
                     PartitionPath::parse(&rel)?
                 };
-                let prefix = ObjectPath::from(format!("{staging}/{run}/{rel}"));
+                let prefix = raw_key(format!("{staging}/{run}/{rel}"));
                 if alive {
                     removed_all = false; // a live run applies its own commit
                     continue;
@@ -1155,11 +1290,24 @@ fn new_marker(
     }
 }
 
-/// The sequence number in a data file's name, `part-000003-00000.parquet` → 3.
+/// A committed partition's version: its marker's sequence number.
+fn marker_version(m: &Marker) -> Version {
+    Version(m.seq.to_string())
+}
+
+/// Whether `name` is the name of a data file an idem commit copied into a partition.
+pub fn written_by_idem(name: &str) -> bool {
+    seq_of(name).is_some()
+}
+
+/// The sequence number in a data file's name, `part-000003-00000.parquet` → 3 (six
+/// digits at least: `part-1234567-00000.parquet` follows `part-999999-…`).
 fn seq_of(name: &str) -> Option<u64> {
     let rest = name.strip_prefix("part-")?;
     let (seq, rest) = rest.split_once('-')?;
-    if seq.len() != 6 || !rest.ends_with(".parquet") {
+    let index = rest.strip_suffix(".parquet")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if seq.len() < 6 || !digits(seq) || !digits(index) {
         return None;
     }
     seq.parse().ok()
@@ -1177,24 +1325,44 @@ impl CommitBackend for ObjectTable {
 
     fn lock_run(&self, run_id: &str) -> Result<Box<dyn std::any::Any + Send>> {
         let key = self.lease_key(run_id);
-        let body = lease_body();
+        let (body, holder) = lease_body();
         self.put_lease(&key, &body)?;
-        self.hold(key, body)
+        self.hold(key, body, holder)
     }
 
     fn clean_dead_runs(&self) -> Result<Vec<String>> {
         self.block(self.recover())
     }
 
-    fn lock_writes(&self) -> Result<Option<Box<dyn std::any::Any + Send>>> {
-        let body = lease_body();
+    fn lock_writes(&self) -> Result<Option<Guard>> {
+        let (body, holder) = lease_body();
         self.block(self.acquire_writes(&body))?;
-        let key = ObjectPath::from(format!("{}/writes.lock", self.meta));
-        Ok(Some(self.hold(key, body)?))
+        let key = raw_key(format!("{}/writes.lock", self.meta));
+        Ok(Some(self.hold(key, body, holder)?))
     }
 
-    fn live_version(&self, p: &PartitionPath) -> Result<Option<u64>> {
-        Ok(self.block(self.read_marker(p))?.map(|(m, _)| m.seq))
+    fn check_layout(&self, partition_by: &[String]) -> Result<()> {
+        let objects = self.block(self.list_all(&self.root))?;
+        let entries: Vec<crate::layout::Entry> = objects
+            .iter()
+            .filter_map(|o| {
+                let rel = o.location.as_ref().strip_prefix(self.root.as_ref())?;
+                Some(crate::layout::Entry {
+                    rel: rel.trim_start_matches('/').to_string(),
+                    kind: crate::layout::Kind::File,
+                })
+            })
+            .collect();
+        crate::layout::check(&entries, partition_by).map_err(|problem| Error::Layout {
+            table: self.url.clone(),
+            problem,
+        })
+    }
+
+    fn live_version(&self, p: &PartitionPath) -> Result<Option<Version>> {
+        Ok(self
+            .block(self.read_marker(p))?
+            .map(|(m, _)| marker_version(&m)))
     }
 
     fn read_locations(&self, p: &PartitionPath, names: &[String]) -> Result<Vec<String>> {
@@ -1203,19 +1371,12 @@ impl CommitBackend for ObjectTable {
             let marker = self.read_marker(p).await?.map(|(m, _)| m);
             let mut out = Vec::with_capacity(names.len());
             for name in names {
-                let live = ObjectPath::from(
-                    self.file_location(p, name)
-                        .trim_start_matches(&format!("{base}/")),
-                );
-                let staged = marker.as_ref().and_then(|m| {
-                    m.files
-                        .iter()
-                        .find(|f| &f.name == name)
-                        .map(|f| ObjectPath::from(format!("{}/{}", m.staging, f.staged)))
-                });
-                let key = match staged {
-                    Some(s) if self.store.head(&live).await.is_err() => s,
-                    _ => live,
+                let committed = marker
+                    .as_ref()
+                    .and_then(|m| m.files.iter().find(|f| &f.name == name).map(|f| (m, f)));
+                let key = match committed {
+                    Some((m, f)) => self.committed_file(p, m, f).await?,
+                    None => raw_key(format!("{}/{name}", self.partition_prefix(p))),
                 };
                 out.push(format!("{base}/{key}"));
             }
@@ -1246,19 +1407,39 @@ impl CommitBackend for ObjectTable {
 
     fn live_state(&self, p: &PartitionPath) -> Result<Option<LiveState>> {
         self.block(async {
-            if let Some((m, _)) = self.read_marker(p).await? {
+            let marker = self.read_marker(p).await?;
+            let files = self.list_partition(p).await?;
+            let base = crate::store::store_base(&self.url).unwrap_or_default();
+            let url =
+                |o: &object_store::ObjectMeta| PathBuf::from(format!("{base}/{}", o.location));
+            let Some((m, _)) = marker else {
+                if files.is_empty() {
+                    return Ok(None);
+                }
+                return Ok(Some(LiveState::Foreign {
+                    files: files.iter().map(url).collect(),
+                }));
+            };
+            // Committed; clean only when a plain lister sees exactly the marker's files.
+            let mut listed: Vec<&str> =
+                files.iter().filter_map(|o| o.location.filename()).collect();
+            listed.sort_unstable();
+            let mut expected: Vec<&str> = m.files.iter().map(|f| f.name.as_str()).collect();
+            expected.sort_unstable();
+            if listed == expected {
                 return Ok(Some(LiveState::Managed(Box::new(m.manifest))));
             }
-            let files = self.list_partition(p).await?;
-            if files.is_empty() {
-                return Ok(None);
-            }
-            let base = crate::store::store_base(&self.url).unwrap_or_default();
-            Ok(Some(LiveState::Foreign {
-                files: files
-                    .into_iter()
-                    .map(|o| PathBuf::from(format!("{base}/{}", o.location)))
-                    .collect(),
+            let extra = files
+                .iter()
+                .filter(|o| {
+                    let name = o.location.filename().unwrap_or_default();
+                    !m.files.iter().any(|f| f.name == name)
+                })
+                .map(url)
+                .collect();
+            Ok(Some(LiveState::Unclean {
+                manifest: Box::new(m.manifest),
+                extra,
             }))
         })
     }
@@ -1283,8 +1464,38 @@ impl CommitBackend for ObjectTable {
     }
 
     fn cleanup_run(&self, run_id: &str) -> Result<()> {
-        crate::durable::remove_dir_all(&self.local.join(run_id))?;
-        self.block(self.abort_recorded_uploads(run_id))?;
+        // Every step is tried; the first failure is reported (what is left, a dead-run
+        // cleaner removes).
+        let local = crate::durable::remove_dir_all(&self.local.join(run_id));
+        let uploads = self.block(self.abort_recorded_uploads(run_id));
+        let staged = self.remove_unnamed_staging(run_id);
+        local.and(uploads).and(staged)
+    }
+
+    fn append_log(&self, event: &Restatement) -> Result<()> {
+        let key = raw_key(format!(
+            "{}/log/{}",
+            self.meta,
+            crate::log::file_name(event)
+        ));
+        let body = PutPayload::from(serde_json::to_vec(event).expect("event serializes"));
+        self.block(async {
+            match self
+                .store
+                .put_opts(&key, body, PutOptions::from(PutMode::Create))
+                .await
+            {
+                // A retried put that had landed: the event is there.
+                Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+                Err(e) => Err(self.err("append to the log", &key)(e)),
+            }
+        })
+    }
+}
+
+impl ObjectTable {
+    /// Removes what run `run_id` uploaded to staging that no marker names.
+    fn remove_unnamed_staging(&self, run_id: &str) -> Result<()> {
         // Staged uploads no marker names are removed; those a marker names stay for
         // the roll-forward (their apply did not finish), as does anything whose marker
         // cannot be read now.
@@ -1316,158 +1527,11 @@ impl CommitBackend for ObjectTable {
                     && let Ok(m) = self.read_marker(&p).await
                     && m.is_none_or(|(m, _)| m.run_id != run_id)
                 {
-                    self.delete_prefix(&ObjectPath::from(format!("{staging}/{rel}")))
+                    self.delete_prefix(&raw_key(format!("{staging}/{rel}")))
                         .await?;
                 }
             }
             Ok(())
         })
-    }
-
-    fn append_log(&self, event: &Restatement) -> Result<()> {
-        let key = ObjectPath::from(format!(
-            "{}/log/{}",
-            self.meta,
-            crate::log::file_name(event)
-        ));
-        let body = PutPayload::from(serde_json::to_vec(event).expect("event serializes"));
-        self.block(async {
-            match self
-                .store
-                .put_opts(&key, body, PutOptions::from(PutMode::Create))
-                .await
-            {
-                // A retried put that had landed: the event is there.
-                Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
-                Err(e) => Err(self.err("append to the log", &key)(e)),
-            }
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn data_file_names_carry_the_sequence_number() {
-        assert_eq!(seq_of("part-000003-00000.parquet"), Some(3));
-        assert_eq!(seq_of("part-00000.parquet"), None);
-        assert_eq!(seq_of("part-3-00000.parquet"), None);
-        assert_eq!(seq_of("x.parquet"), None);
-    }
-
-    /// A store that takes the conditional-write headers and ignores them, as some
-    /// S3-compatible servers do: its puts overwrite (every put, or only updates when
-    /// `.1` is true: creates are still checked).
-    #[derive(Debug)]
-    struct Unconditional(object_store::memory::InMemory, bool);
-
-    impl std::fmt::Display for Unconditional {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "Unconditional")
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl ObjectStore for Unconditional {
-        async fn put_opts(
-            &self,
-            location: &ObjectPath,
-            payload: PutPayload,
-            opts: PutOptions,
-        ) -> object_store::Result<object_store::PutResult> {
-            let opts = match opts.mode {
-                PutMode::Create if self.1 => opts,
-                _ => PutOptions::default(),
-            };
-            self.0.put_opts(location, payload, opts).await
-        }
-        async fn put_multipart_opts(
-            &self,
-            location: &ObjectPath,
-            opts: object_store::PutMultipartOptions,
-        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-            self.0.put_multipart_opts(location, opts).await
-        }
-        async fn get_opts(
-            &self,
-            location: &ObjectPath,
-            options: object_store::GetOptions,
-        ) -> object_store::Result<object_store::GetResult> {
-            self.0.get_opts(location, options).await
-        }
-        fn delete_stream(
-            &self,
-            locations: futures::stream::BoxStream<'static, object_store::Result<ObjectPath>>,
-        ) -> futures::stream::BoxStream<'static, object_store::Result<ObjectPath>> {
-            self.0.delete_stream(locations)
-        }
-        fn list(
-            &self,
-            prefix: Option<&ObjectPath>,
-        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
-        {
-            self.0.list(prefix)
-        }
-        async fn list_with_delimiter(
-            &self,
-            prefix: Option<&ObjectPath>,
-        ) -> object_store::Result<object_store::ListResult> {
-            self.0.list_with_delimiter(prefix).await
-        }
-        async fn copy_opts(
-            &self,
-            from: &ObjectPath,
-            to: &ObjectPath,
-            options: object_store::CopyOptions,
-        ) -> object_store::Result<()> {
-            self.0.copy_opts(from, to, options).await
-        }
-    }
-
-    fn on_runtime<T>(f: impl std::future::Future<Output = T>) -> T {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
-
-    #[test]
-    fn a_store_that_enforces_conditional_writes_passes_the_probe_and_keeps_nothing() {
-        let store = object_store::memory::InMemory::new();
-        let key = ObjectPath::from("t/_idem/probe/1");
-        on_runtime(async {
-            assert!(probe_conditional_writes(&store, &key).await.is_ok());
-            let left: Vec<_> = store.list(None).try_collect().await.unwrap();
-            assert!(left.is_empty(), "{left:?}");
-        });
-    }
-
-    #[test]
-    fn a_store_that_ignores_conditional_writes_is_refused() {
-        let key = ObjectPath::from("t/_idem/probe/1");
-        let all = Unconditional(object_store::memory::InMemory::new(), false);
-        let verdict = on_runtime(probe_conditional_writes(&all, &key));
-        assert!(
-            matches!(
-                verdict,
-                Err(Probe::Ignored(
-                    "a second create-if-absent of one key succeeded"
-                ))
-            ),
-            "{verdict:?}"
-        );
-        let updates = Unconditional(object_store::memory::InMemory::new(), true);
-        let verdict = on_runtime(probe_conditional_writes(&updates, &key));
-        assert!(
-            matches!(
-                verdict,
-                Err(Probe::Ignored(
-                    "an update against a stale version succeeded"
-                ))
-            ),
-            "{verdict:?}"
-        );
     }
 }

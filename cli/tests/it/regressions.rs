@@ -1,0 +1,656 @@
+//! One test per class of bug an adversarial user found (the trust issue): each fails
+//! on the build where it was found and passes since. The systematic searches that
+//! would have found them (fault injection, schedule exploration, generated inputs)
+//! live in `adversary.rs`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use crate::conformance::Backend;
+use crate::s3::bucket;
+
+/// An unpartitioned job writing into `target`.
+fn flat_job(target: &str) -> String {
+    format!(
+        r#"
+name = "flat"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{{ name = "created_date", type = "date" }}]
+[transform]
+sql = "select order_id, amount_usd from orders where created_date = $run_date"
+[target]
+path = "{target}"
+partition_by = []
+"#
+    )
+}
+
+fn refused(out: &std::process::Output, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "`{n}` not in: {err}");
+    }
+}
+
+/// Class 1: a target that is not a table is refused, named, and left as it was — a
+/// project folder, the working directory, a home directory, a source's folder, and a
+/// partitioned table with something else in it; on disk and on an object store.
+#[test]
+fn a_target_that_is_not_a_table_is_refused_and_nothing_under_it_changes() {
+    let lake = Lake::new();
+    // A project folder: files and a subdirectory beside some Parquet.
+    let project = lake.join("project");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::write(project.join("notes.txt"), "mine").unwrap();
+    std::fs::write(project.join("src/main.rs"), "fn main() {}").unwrap();
+    std::fs::write(project.join("old.parquet"), "not really").unwrap();
+    let before = snapshot(&project);
+    let job = lake.job("flat", &flat_job("project"));
+    let out = lake.idem(&["run", &job, "--date", "2026-06-01"]);
+    refused(
+        &out,
+        &["project", "notes.txt (a file)", "src/ (a directory)"],
+    );
+    assert_eq!(snapshot(&project), before, "the folder changed");
+
+    // The working directory, and a directory that holds it.
+    for target in [".", ".."] {
+        let job = lake.job("cwd", &flat_job(target));
+        let out = lake.idem(&["run", &job, "--date", "2026-06-01"]);
+        refused(&out, &["working directory"]);
+    }
+    // A home directory (as $HOME says), even an empty one.
+    let home = lake.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let job = lake.job("home", &flat_job(home.to_str().unwrap()));
+    let out = idem_in(
+        lake.path(),
+        &["run", &job, "--date", "2026-06-01"],
+        &[("HOME", home.to_str().unwrap())],
+    );
+    refused(&out, &["home directory"]);
+    // A source's folder, and a folder holding it.
+    for target in ["testdata/lake/raw/orders", "testdata/lake"] {
+        let before = snapshot(&lake.join("testdata"));
+        let job = lake.job("src", &flat_job(target));
+        let out = lake.idem(&["run", &job, "--date", "2026-06-01"]);
+        refused(&out, &["source `orders`"]);
+        assert_eq!(snapshot(&lake.join("testdata")), before);
+    }
+    // A partitioned table with a stray directory inside a partition, or a file at its
+    // root: refused before the partition would be swapped.
+    let fct = "testdata/jobs/fct_orders.toml";
+    lake.idem_ok(&["run", fct, "--date", "2026-06-01"]);
+    let table = lake.join("lake/analytics/fct_orders");
+    std::fs::create_dir_all(table.join("dt=2026-06-01/backup")).unwrap();
+    std::fs::write(table.join("dt=2026-06-01/backup/keep.txt"), "keep").unwrap();
+    std::fs::write(table.join("README.md"), "readme").unwrap();
+    let before = snapshot(&table);
+    let out = lake.idem(&["run", fct, "--date", "2026-06-01"]);
+    refused(
+        &out,
+        &["README.md (a file)", "dt=2026-06-01/backup/ (a directory)"],
+    );
+    assert_eq!(snapshot(&table), before);
+
+    // An object-store prefix holding other objects.
+    for backend in [Backend::S3, Backend::Azure] {
+        let b = bucket("notatable");
+        let url = format!("{}://{b}/project", backend.scheme());
+        readers(&["put", backend.endpoint(), project.to_str().unwrap(), &url]);
+        let keys = || {
+            readers(&[
+                "list",
+                backend.endpoint(),
+                &format!("{}://{b}/", backend.scheme()),
+            ])
+        };
+        let before = keys();
+        let job = lake.job("remote", &flat_job(&url));
+        let env = backend.env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let out = idem_in(lake.path(), &["run", &job, "--date", "2026-06-01"], &env);
+        refused(&out, &["notes.txt (a file)", "src/ (a directory)"]);
+        assert_eq!(keys(), before, "{backend:?}: the prefix changed");
+    }
+}
+
+/// A table of dimension rows, partitioned by country: merged by `merge.rs`'s job, and
+/// replaced country by country by a job reading `people.csv`.
+fn people_jobs(lake: &Lake) -> (String, String) {
+    let merge = lake.job("dim", &crate::merge::job("\"country\""));
+    let replace = lake.job(
+        "people",
+        r#"
+name = "people"
+[sources.people]
+path = "people.csv"
+format = "csv"
+[transform]
+sql = "select customer_id, email, country, cast(signup_date as date) as signup_date from people"
+[target]
+path = "out/dim_customers"
+partition_by = ["country"]
+"#,
+    );
+    std::fs::write(
+        lake.join("people.csv"),
+        "customer_id,email,country,signup_date\n\
+         5001,replaced5001@example.com,US,2021-01-01\n\
+         5002,replaced5002@example.com,US,2021-01-02\n",
+    )
+    .unwrap();
+    (merge, replace)
+}
+
+/// The table's rows as the independent readers see them.
+fn rows(lake: &Lake, table: &str) -> serde_json::Value {
+    readers(&["table", lake.join(table).to_str().unwrap()])
+}
+
+/// Class 2: a merge that read the table, then waited while a replace run of the same
+/// table published, must not publish "the table it read + its changes" over the
+/// replace: the end state is one of the two serial orders (here: the merge computed
+/// again on top of the replace).
+#[test]
+fn a_merge_and_a_replace_run_of_one_table_end_in_a_serial_order() {
+    let lake = Lake::new();
+    let (merge, replace) = people_jobs(&lake);
+    let base = crate::merge::base(&lake);
+    let run = |job: &str, src: &str| {
+        let out = idem_in(
+            lake.path(),
+            &["run", job, "--date", "2026-06-01"],
+            &[("SRC", src)],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&merge, &base);
+    // Changes that update US rows (and keep them in US).
+    let ch = crate::merge::changes(&lake, "ch", &[1, 3, 5, 7, 9, 11], &[9001], "US");
+
+    // The two serial orders, each from a fresh copy of the table.
+    let serial = |first_merge: bool| {
+        let other = Lake::new();
+        let (m, r) = people_jobs(&other);
+        let base = crate::merge::base(&other);
+        let ch = other.join("ch.csv");
+        std::fs::copy(lake.join("ch.csv"), &ch).unwrap();
+        let go = |job: &str, src: &str| {
+            let out = idem_in(
+                other.path(),
+                &["run", job, "--date", "2026-06-01"],
+                &[("SRC", src)],
+            );
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        go(&m, &base);
+        if first_merge {
+            go(&m, ch.to_str().unwrap());
+            go(&r, "");
+        } else {
+            go(&r, "");
+            go(&m, ch.to_str().unwrap());
+        }
+        rows(&other, "out/dim_customers")
+    };
+    let (merge_first, replace_first) = (serial(true), serial(false));
+    assert_ne!(merge_first, replace_first);
+
+    // The merge reads the table and stages its result, then waits before publishing.
+    let hooks = tempfile::tempdir().unwrap();
+    let merging = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["run", &merge, "--date", "2026-06-01"])
+        .current_dir(lake.path())
+        .env("SRC", &ch)
+        .env(
+            "IDEM_FAILPOINTS",
+            format!("before_publish=pause:{}", hooks.path().display()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&hooks.path().join("before_publish.paused"));
+    // The replace run publishes meanwhile.
+    run(&replace, "");
+    std::fs::write(hooks.path().join("before_publish.resume"), "").unwrap();
+    let out = merging.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let end = rows(&lake, "out/dim_customers");
+    assert!(
+        end == merge_first || end == replace_first,
+        "the table matches no serial order of the merge and the replace"
+    );
+    assert_eq!(
+        end, replace_first,
+        "the merge was computed again on the replace"
+    );
+}
+
+fn wait_for(flag: &Path) {
+    let t = Instant::now();
+    while !flag.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "{} never appeared",
+            flag.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A merge job over the daily orders: each date upserts that day's orders by key.
+const MERGE_ORDERS: &str = r#"
+name = "orders_merged"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = "select order_id, customer_id, amount_usd, status, created_date as dt from orders where created_date = $run_date"
+[target]
+path = "out/orders_merged"
+mode = "merge"
+key = ["order_id"]
+partition_by = ["dt"]
+"#;
+
+/// Class 3: a backfill of a merge job with default flags ran four merges on a runtime
+/// of two worker threads, each waiting for the table's write lock on a worker: hung
+/// for ever. It must finish on 1, 2 and 4 worker threads.
+#[test]
+fn a_default_backfill_of_a_merge_job_finishes_on_any_number_of_worker_threads() {
+    for threads in ["1", "2", "4"] {
+        let lake = Lake::new();
+        let job = lake.job("merged", MERGE_ORDERS);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args([
+                "backfill",
+                &job,
+                "--from",
+                "2026-06-01",
+                "--to",
+                "2026-06-04",
+                "--json",
+            ])
+            .current_dir(lake.path())
+            .env("TOKIO_WORKER_THREADS", threads)
+            .env_remove("IDEM_FAILPOINTS")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > Duration::from_secs(300) {
+                child.kill().ok();
+                panic!("{threads} worker threads: the backfill hung");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let written = actions(&json_lines(&out));
+        assert_eq!(written.len(), 4, "{threads}: {written:?}");
+        assert!(written.iter().all(|(_, a)| a == "written"), "{written:?}");
+    }
+}
+
+/// Class 4: `--skip-fresh` must see a source that moved: `path = "${SRC}/"` pointed at
+/// other data is another input, not a fresh date.
+#[test]
+fn skip_fresh_follows_a_source_path_that_an_environment_variable_moved() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "env",
+        &std::fs::read_to_string(lake.join("testdata/jobs/fct_orders.toml"))
+            .unwrap()
+            .replace("testdata/lake/raw/orders/", "${SRC}/"),
+    );
+    let a = lake.join("testdata/lake/raw/orders");
+    let b = lake.join("other/orders");
+    let spec = idem_testdata::OrdersSpec {
+        seed: 77,
+        ..Default::default()
+    };
+    idem_testdata::write_orders(&b, &spec).unwrap();
+    let run = |src: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "backfill",
+            &job,
+            "--from",
+            "2026-06-02",
+            "--to",
+            "2026-06-02",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = idem_in(lake.path(), &args, &[("SRC", src.to_str().unwrap())]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        actions(&json_lines(&out))
+    };
+    run(&a, &[]);
+    assert_eq!(
+        run(&a, &["--skip-fresh"]),
+        vec![("dt=2026-06-02".into(), "fresh".into())]
+    );
+    assert_eq!(
+        run(&b, &["--skip-fresh"]),
+        vec![("dt=2026-06-02".into(), "written".into())]
+    );
+    // The table now holds B's rows: the same as a clean run over B.
+    let reference = Lake::new();
+    let rjob = reference.job("env", &std::fs::read_to_string(lake.join(&job)).unwrap());
+    let out = idem_in(
+        reference.path(),
+        &["run", &rjob, "--date", "2026-06-02"],
+        &[("SRC", b.to_str().unwrap())],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        status_digests(&lake, "lake/analytics/fct_orders"),
+        status_digests(&reference, "lake/analytics/fct_orders")
+    );
+}
+
+/// Class 5: an hourly table on an object store (partition values holding `:`) is
+/// keyed exactly as Hive escapes it, once: idem finds its own partitions again, and a
+/// plain lister reads the hour back.
+#[test]
+fn an_hourly_table_on_an_object_store_is_escaped_once_and_found_again() {
+    for backend in [Backend::S3, Backend::Azure] {
+        let lake = Lake::new();
+        let b = bucket("hourly");
+        let empty = tempfile::tempdir().unwrap();
+        readers(&[
+            "put",
+            backend.endpoint(),
+            empty.path().to_str().unwrap(),
+            &format!("{}://{b}/", backend.scheme()),
+        ]);
+        let target = format!("{}://{b}/lake/hourly", backend.scheme());
+        let job = lake.job(
+            "hourly",
+            &format!(
+                r#"
+name = "hourly"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+[transform]
+sql = """
+select order_id, amount_usd, date_trunc('hour', created_at) as hour
+from orders
+where created_at >= $run_start and created_at < $run_end
+"""
+[target]
+path = "{target}"
+partition_by = ["hour"]
+grain = "hour"
+"#
+            ),
+        );
+        let env = backend.env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let run = || {
+            let out = idem_in(
+                lake.path(),
+                &["run", &job, "--date", "2026-06-02T05", "--json"],
+                &env,
+            );
+            assert!(
+                out.status.success(),
+                "{backend:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            actions(&json_lines(&out))
+        };
+        let first = run();
+        assert_eq!(first.len(), 1, "{backend:?}: {first:?}");
+        let keys = readers(&["list", backend.endpoint(), &format!("{target}/")]);
+        let keys: Vec<&str> = keys
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        assert_eq!(keys.len(), 1, "{backend:?}: {keys:?}");
+        assert!(
+            keys[0].starts_with("lake/hourly/hour=2026-06-02 05%3A00%3A00/"),
+            "{backend:?}: {keys:?}"
+        );
+        // idem finds it: status lists it, a re-run is unchanged, gc finds nothing.
+        let out = idem_in(lake.path(), &["status", &target, "--json"], &env);
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let parts = status["partitions"].as_array().unwrap();
+        assert_eq!(parts.len(), 1, "{backend:?}: {status}");
+        assert_eq!(parts[0]["partition"], "hour=2026-06-02 05%3A00%3A00");
+        assert_eq!(parts[0]["state"], "managed");
+        assert_eq!(run(), vec![(first[0].0.clone(), "unchanged".into())]);
+        // A downstream job reads it as an idem source (through the marker).
+        let down = lake.job(
+            "down",
+            &format!(
+                r#"
+name = "down"
+[sources.hourly]
+path = "{target}/"
+partitioned_by = [{{ name = "hour", type = "string" }}]
+[transform]
+sql = "select count(*) as n, hour from hourly group by hour"
+[target]
+path = "out/down"
+partition_by = []
+"#
+            ),
+        );
+        let out = idem_in(lake.path(), &["run", &down, "--date", "2026-06-02"], &env);
+        assert!(
+            out.status.success(),
+            "{backend:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = readers(&["table", lake.join("out/down").to_str().unwrap()]);
+        assert_eq!(
+            rows[0]["hour"], "2026-06-02 05:00:00",
+            "{backend:?}: {rows}"
+        );
+    }
+}
+
+/// Class 6: a file copied into a live partition on an object store is not served for
+/// ever: the next run that owns the partition publishes it again without it.
+#[test]
+fn a_foreign_file_in_an_object_store_partition_is_replaced_by_the_next_run() {
+    for backend in [Backend::S3, Backend::Azure] {
+        let t = crate::conformance::Table::new(backend, "foreign");
+        let first = t.ok(&["run", &t.daily_job, "--date", "2026-06-02", "--json"]);
+        assert_eq!(
+            actions(&first),
+            vec![("dt=2026-06-02".into(), "written".into())]
+        );
+        let clean = t.plain_daily_rows();
+        // Another tool drops a Parquet file of the same columns into the live
+        // partition (here: a day of the local reference table).
+        t.reference();
+        let extra = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            only_file(&t.lake.join("out/ref/dt=2026-06-01")),
+            extra.path().join("extra.parquet"),
+        )
+        .unwrap();
+        readers(&[
+            "put",
+            backend.endpoint(),
+            extra.path().to_str().unwrap(),
+            &t.url("lake/daily/dt=2026-06-02"),
+        ]);
+        assert_ne!(t.plain_daily_rows(), clean);
+        let status = t.status_any("daily");
+        assert_eq!(
+            status["partitions"][0]["state"], "pending",
+            "{backend:?}: {status}"
+        );
+        let again = t.ok(&["run", &t.daily_job, "--date", "2026-06-02", "--json"]);
+        assert_eq!(
+            actions(&again),
+            vec![("dt=2026-06-02".into(), "written".into())],
+            "{backend:?}"
+        );
+        assert_eq!(t.plain_daily_rows(), clean, "{backend:?}");
+        assert_eq!(t.data_files("daily").len(), 1, "{backend:?}");
+        let third = t.ok(&["run", &t.daily_job, "--date", "2026-06-02", "--json"]);
+        assert_eq!(
+            actions(&third),
+            vec![("dt=2026-06-02".into(), "unchanged".into())]
+        );
+    }
+}
+
+/// Partition columns named `_x` or `.x` hide their partitions from readers that skip
+/// such directories (idem's listings among them: a merge then dropped rows): refused.
+#[test]
+fn a_partition_column_readers_would_skip_is_refused() {
+    let lake = Lake::new();
+    for col in ["_dt", ".dt"] {
+        let job = lake.job(
+            "hidden",
+            &std::fs::read_to_string(lake.join("testdata/jobs/fct_orders.toml"))
+                .unwrap()
+                .replace("as dt", &format!("as \"{col}\""))
+                .replace(
+                    "partition_by = [\"dt\"]",
+                    &format!("partition_by = [\"{col}\"]"),
+                ),
+        );
+        let out = lake.idem(&["run", &job, "--date", "2026-06-01"]);
+        refused(&out, &[&format!("partition_by column `{col}`"), "skip"]);
+        assert!(!lake.join("lake/analytics/fct_orders").exists());
+    }
+}
+
+/// No two versions of a partition share a file name: a reader that listed the old
+/// version and opens its files one by one cannot get a newer version's file.
+#[test]
+fn every_version_of_a_partition_has_its_own_file_names() {
+    let lake = Lake::new();
+    let fct = "testdata/jobs/fct_orders.toml";
+    let names = |lake: &Lake| -> Vec<String> {
+        std::fs::read_dir(lake.join("lake/analytics/fct_orders/dt=2026-06-03"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    lake.idem_ok(&["run", fct, "--date", "2026-06-03"]);
+    let first = names(&lake);
+    let spec = idem_testdata::OrdersSpec {
+        seed: 5,
+        ..Default::default()
+    };
+    idem_testdata::write_orders_day(&lake.join("testdata/lake/raw/orders"), &spec, 2).unwrap();
+    let report = lake.idem_ok(&["run", fct, "--date", "2026-06-03", "--json"]);
+    assert_eq!(
+        actions(&report),
+        vec![("dt=2026-06-03".into(), "written".into())]
+    );
+    let second = names(&lake);
+    assert_eq!(second.len(), 1);
+    assert!(
+        first.iter().all(|n| !second.contains(n)),
+        "{first:?} {second:?}"
+    );
+}
+
+/// A source that is one file is unchanged by other files in its folder: the date is
+/// fresh, and `idem status` says its input is current (it named the job file, which
+/// sat beside the source, as a changed input).
+#[test]
+fn a_single_file_source_is_not_changed_by_its_neighbours() {
+    let lake = Lake::new();
+    let dir = lake.join("jobs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        lake.join("testdata/lake/raw/customers/customers.csv"),
+        dir.join("customers.csv"),
+    )
+    .unwrap();
+    let job = lake.job(
+        "single",
+        r#"
+name = "single"
+[sources.customers]
+path = "jobs/customers.csv"
+format = "csv"
+[transform]
+sql = """
+select customer_id, email, country, cast(signup_date as date) as dt
+from customers where cast(signup_date as date) = $run_date
+"""
+[target]
+path = "out/single"
+partition_by = ["dt"]
+"#,
+    );
+    let backfill = |extra: &[&str]| {
+        let mut args = vec![
+            "backfill",
+            &job,
+            "--from",
+            "2015-01-10",
+            "--to",
+            "2015-01-10",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        actions(&lake.idem_ok(&args))
+    };
+    assert_eq!(
+        backfill(&[]),
+        vec![("dt=2015-01-10".into(), "written".into())]
+    );
+    // Other files beside it (the job file sits there too).
+    std::fs::write(dir.join("notes.csv"), "a,b\n1,2\n").unwrap();
+    assert_eq!(
+        backfill(&["--skip-fresh"]),
+        vec![("dt=2015-01-10".into(), "fresh".into())]
+    );
+    let out = lake.idem(&["status", "out/single", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for p in status["partitions"].as_array().unwrap() {
+        assert_eq!(p["input_state"], "current", "{p}");
+    }
+    // A change to the file itself is still seen.
+    let text = std::fs::read_to_string(dir.join("customers.csv")).unwrap();
+    std::fs::write(dir.join("customers.csv"), text.replace("user1@", "other1@")).unwrap();
+    assert_eq!(
+        backfill(&["--skip-fresh"]),
+        vec![("dt=2015-01-10".into(), "written".into())]
+    );
+}

@@ -1,0 +1,296 @@
+//! Exhaustive single-fault injection. For each scenario (a replace of one partition,
+//! of three, a merge that keeps files, a three-date backfill, `gc` after a dead run)
+//! and each backend, storage call N of the scenario fails — before it takes effect,
+//! after it took effect with its answer lost (object stores), or as the point where
+//! the process dies — for N = 1, 2, … until the scenario runs through without reaching
+//! N. After each fault: every partition is old or new and whole (as `idem status` and
+//! a plain lister see it), and the next clean run leaves the table equal to a run that
+//! saw no fault, with nothing left in staging after `gc`.
+
+use std::sync::Mutex;
+
+use idem_io::fault::{self, Mode};
+
+use crate::world::{Backend, Digests, Sources, World};
+
+/// Fault plans are process-wide: one search at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[derive(Clone, Copy, Debug)]
+enum Scenario {
+    /// A daily run whose one partition gets new rows.
+    ReplaceOne,
+    /// A run owning three days (lookback = 2), all with new rows.
+    ReplaceThree,
+    /// A merge of one day into a table clustered by key: the other days' files are kept.
+    Merge,
+    /// A backfill of three dates, two at once.
+    Backfill,
+    /// `idem gc` after a run that died while publishing.
+    GcAfterDeadRun,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::ReplaceOne => "replace one partition",
+            Scenario::ReplaceThree => "replace three partitions",
+            Scenario::Merge => "merge keeping files",
+            Scenario::Backfill => "backfill of three dates",
+            Scenario::GcAfterDeadRun => "gc after a dead run",
+        }
+    }
+
+    /// Brings a fresh world to the state before the operation (source A loaded; for
+    /// gc, a run with source B dead at `dead_at` of its calls).
+    fn setup(self, w: &World, sources: &Sources, dead_at: u64) {
+        match self {
+            Scenario::ReplaceOne | Scenario::GcAfterDeadRun => {
+                w.run(&w.daily(0), "2026-06-02").unwrap()
+            }
+            Scenario::ReplaceThree => w.run(&w.daily(2), "2026-06-03").unwrap(),
+            Scenario::Backfill => w
+                .backfill(&w.daily(0), &["2026-06-01", "2026-06-02", "2026-06-03"])
+                .unwrap(),
+            Scenario::Merge => {
+                for d in ["2026-06-01", "2026-06-02", "2026-06-03"] {
+                    w.run(&w.merge(), d).unwrap();
+                }
+            }
+        }
+        w.use_source(&sources.b);
+        if let Scenario::GcAfterDeadRun = self {
+            let scopes = w.scopes();
+            let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+            fault::arm_in(&scopes, Mode::Crash, dead_at);
+            let died = w.run(&w.daily(0), "2026-06-02");
+            assert!(
+                fault::disarm().fired && died.is_err(),
+                "the run did not die"
+            );
+        }
+    }
+
+    /// The operation under faults.
+    fn operate(self, w: &World) -> Result<(), String> {
+        match self {
+            Scenario::ReplaceOne => w.run(&w.daily(0), "2026-06-02"),
+            Scenario::ReplaceThree => w.run(&w.daily(2), "2026-06-03"),
+            Scenario::Backfill => {
+                w.backfill(&w.daily(0), &["2026-06-01", "2026-06-02", "2026-06-03"])
+            }
+            Scenario::Merge => w.run(&w.merge(), "2026-06-03"),
+            Scenario::GcAfterDeadRun => w.gc(),
+        }
+    }
+
+    /// What brings the table to the clean state after a fault: the operation again
+    /// (for gc: gc, then the run the dead one was).
+    fn recover(self, w: &World) -> Result<(), String> {
+        match self {
+            Scenario::GcAfterDeadRun => {
+                w.gc()?;
+                w.run(&w.daily(0), "2026-06-02")
+            }
+            _ => self.operate(w),
+        }
+    }
+}
+
+/// How many faults a search injected.
+#[derive(Default)]
+struct Count {
+    injected: u64,
+    /// Calls of the undisturbed operation.
+    calls: u64,
+}
+
+/// Runs the search for `scenario` on `backend`; returns the faults injected per mode.
+fn search(backend: Backend, scenario: Scenario, modes: &[Mode]) -> Vec<(Mode, Count)> {
+    let sources = Sources::new();
+    // The undisturbed operation: the state before and after it, and its calls.
+    let reference = World::new(backend, "ref", &sources);
+    // A run dying at 80% of its calls leaves staged files (and on object stores,
+    // usually, a commit whose apply did not finish) for gc to find.
+    let dead_at = {
+        let probe = World::new(backend, "probe", &sources);
+        Scenario::ReplaceOne.setup(&probe, &sources, 0);
+        let scopes = probe.scopes();
+        let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+        fault::count_in(&scopes);
+        Scenario::ReplaceOne.operate(&probe).unwrap();
+        fault::disarm().calls * 4 / 5
+    };
+    scenario.setup(&reference, &sources, dead_at);
+    let old = reference.status().unwrap();
+    let old: Digests = old.into_iter().map(|(p, (_, d))| (p, d)).collect();
+    let scopes = reference.scopes();
+    let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+    fault::count_in(&scopes);
+    scenario.operate(&reference).unwrap();
+    let calls = fault::disarm().calls;
+    if let Scenario::GcAfterDeadRun = scenario {
+        scenario.recover(&reference).unwrap();
+    }
+    let new = reference.digests();
+    assert!(!new.is_empty());
+
+    let mut out = Vec::new();
+    for &mode in modes {
+        let mut count = Count {
+            calls,
+            ..Default::default()
+        };
+        for n in 1.. {
+            let w = World::new(backend, "f", &sources);
+            scenario.setup(&w, &sources, dead_at);
+            let scopes = w.scopes();
+            let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+            fault::arm_in(&scopes, mode, n);
+            let result = scenario.operate(&w);
+            let seen = fault::disarm();
+            let context = format!(
+                "{} / {}: {mode} at call {n}",
+                backend.name(),
+                scenario.name()
+            );
+            if !seen.fired {
+                // The operation made fewer calls than n: the search is complete.
+                result.unwrap_or_else(|e| panic!("{context}: failed without a fault: {e}"));
+                assert_eq!(w.digests(), new, "{context}");
+                break;
+            }
+            count.injected += 1;
+            old_or_new(&w, &old, &new, &context);
+            // The next clean run finishes the job; gc leaves nothing staged.
+            scenario
+                .recover(&w)
+                .unwrap_or_else(|e| panic!("{context}: the next clean run failed: {e}"));
+            assert_eq!(w.digests(), new, "{context}: not the clean-run state");
+            w.gc()
+                .unwrap_or_else(|e| panic!("{context}: gc failed: {e}"));
+            assert_eq!(w.staged(), Vec::<String>::new(), "{context}: staging left");
+            assert!(n < 10_000, "{context}: the search does not end");
+        }
+        out.push((mode, count));
+    }
+    out
+}
+
+/// Every partition whole (status reads it; on disk its files are its manifest's) and
+/// either old or new.
+fn old_or_new(w: &World, old: &Digests, new: &Digests, context: &str) {
+    let status = w
+        .status()
+        .unwrap_or_else(|e| panic!("{context}: idem status failed: {e}"));
+    for (p, (state, digest)) in &status {
+        let whole = state == "managed" || (w.backend.is_object_store() && state == "pending");
+        assert!(whole, "{context}: {p} is {state}");
+        assert!(
+            old.get(p) == Some(digest) || new.get(p) == Some(digest),
+            "{context}: {p} is neither old nor new"
+        );
+    }
+    for p in old.keys() {
+        assert!(status.contains_key(p), "{context}: {p} vanished");
+    }
+}
+
+fn report(backend: Backend, scenario: Scenario, counts: &[(Mode, Count)]) {
+    let line = counts
+        .iter()
+        .map(|(m, c)| format!("{m}: {}", c.injected))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let calls = counts.first().map_or(0, |(_, c)| c.calls);
+    let text = format!(
+        "faults | {} | {} | {calls} calls | {line}\n",
+        backend.name(),
+        scenario.name()
+    );
+    eprint!("{text}");
+    // Collected for CI's summary.
+    let path = idem_testdata::servers::repo_root().join("target/adversary-report.txt");
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = f.write_all(text.as_bytes());
+    }
+}
+
+const SCENARIOS: [Scenario; 5] = [
+    Scenario::ReplaceOne,
+    Scenario::ReplaceThree,
+    Scenario::Merge,
+    Scenario::Backfill,
+    Scenario::GcAfterDeadRun,
+];
+
+fn every_scenario(backend: Backend, modes: &[Mode]) {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for scenario in SCENARIOS {
+        let counts = search(backend, scenario, modes);
+        report(backend, scenario, &counts);
+    }
+}
+
+#[test]
+fn every_single_fault_on_local_disk() {
+    every_scenario(Backend::Local, &[Mode::Fail, Mode::Crash]);
+}
+
+#[test]
+fn every_single_fault_on_an_in_memory_object_store() {
+    every_scenario(Backend::Memory, &[Mode::Fail, Mode::Lose, Mode::Crash]);
+}
+
+/// On a real S3-compatible server, the scenarios whose calls differ most from the
+/// in-memory store's (the multipart-free puts, conditional marker commits and copies
+/// over HTTP), each mode in full. The in-process engine reaches moto through the
+/// AWS_* environment, so the test runs itself again with it.
+#[test]
+fn every_single_fault_on_an_s3_server() {
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        let endpoint = idem_testdata::servers::s3_endpoint();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "faults::every_single_fault_on_an_s3_server",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .envs(idem_testdata::servers::s3_env())
+            .env("IDEM_S3_ENDPOINT", endpoint)
+            .env_remove("IDEM_FAULTS")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        eprint!("{text}");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(text.contains("faults | moto"), "the search did not run");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // A fault costs about a second here (moto answers over HTTP from Python): CI runs
+    // one scenario; IDEM_ADVERSARY_FULL=1 runs them all.
+    let scenarios: &[Scenario] = if std::env::var_os("IDEM_ADVERSARY_FULL").is_some() {
+        &SCENARIOS
+    } else {
+        &[Scenario::ReplaceOne]
+    };
+    for &scenario in scenarios {
+        let counts = search(
+            Backend::Moto,
+            scenario,
+            &[Mode::Fail, Mode::Lose, Mode::Crash],
+        );
+        report(Backend::Moto, scenario, &counts);
+    }
+}

@@ -1,0 +1,344 @@
+//! A world for one table: its source files, its jobs, and where the table lives (a
+//! local directory, an in-memory object store, or a bucket on moto), with a token in
+//! every path and key of it so fault plans can be scoped to it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use idem_engine::job::Job;
+use idem_engine::run::{Quiet, RunOptions};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Local,
+    Memory,
+    Moto,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Local => "local",
+            Backend::Memory => "in-memory",
+            Backend::Moto => "moto (S3)",
+        }
+    }
+
+    pub fn is_object_store(self) -> bool {
+        self != Backend::Local
+    }
+}
+
+/// Two states of three days of raw orders: A and B (same keys, other values).
+pub struct Sources {
+    pub a: tempfile::TempDir,
+    pub b: tempfile::TempDir,
+}
+
+impl Sources {
+    pub fn new() -> Sources {
+        let generate = |seed| {
+            let dir = tempfile::tempdir().unwrap();
+            let spec = idem_testdata::OrdersSpec {
+                days: 3,
+                rows_per_day: 12,
+                customers: 20,
+                seed,
+                ..Default::default()
+            };
+            idem_testdata::write_orders(dir.path(), &spec).unwrap();
+            dir
+        };
+        Sources {
+            a: generate(1),
+            b: generate(2),
+        }
+    }
+}
+
+pub struct World {
+    pub backend: Backend,
+    pub dir: tempfile::TempDir,
+    /// In every path and key of this world's table.
+    pub token: String,
+    pub target: String,
+    /// Extra `[storage]` lines of its jobs (moto's endpoint).
+    storage: String,
+}
+
+/// partition → digest.
+pub type Digests = BTreeMap<String, String>;
+
+impl World {
+    pub fn new(backend: Backend, tag: &str, sources: &Sources) -> World {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let token = format!(
+            "fx{}{tag}{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = tempfile::Builder::new().prefix(&token).tempdir().unwrap();
+        let (target, storage) = match backend {
+            Backend::Local => (dir.path().join("t").display().to_string(), String::new()),
+            Backend::Memory => (format!("memory://faults/{token}/t"), String::new()),
+            Backend::Moto => {
+                let endpoint = idem_testdata::servers::s3_endpoint();
+                (
+                    format!("s3://{}/{token}/t", moto_bucket()),
+                    format!(
+                        "[storage]\nendpoint = \"{endpoint}\"\nallow_http = true\npath_style = true\nregion = \"us-east-1\"\n"
+                    ),
+                )
+            }
+        };
+        let w = World {
+            backend,
+            dir,
+            token,
+            target,
+            storage,
+        };
+        w.use_source(&sources.a);
+        w
+    }
+
+    /// The fault scopes of this world: its table's paths and keys, and the local
+    /// staging of object-store tables.
+    pub fn scopes(&self) -> Vec<String> {
+        vec![self.token.clone(), "idem-staging".into()]
+    }
+
+    /// Makes the world's source hold `state`'s files.
+    pub fn use_source(&self, state: &tempfile::TempDir) {
+        let to = self.dir.path().join("src");
+        let _ = std::fs::remove_dir_all(&to);
+        copy_dir(state.path(), &to);
+    }
+
+    fn job(&self, name: &str, body: &str) -> Job {
+        let text = format!("name = \"{name}\"\n{body}\n{}", self.storage)
+            .replace("SRC", &self.dir.path().join("src").display().to_string())
+            .replace("TARGET", &self.target);
+        let path = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        Job::load(&path).unwrap()
+    }
+
+    /// A daily job; with `lookback = 2` a run owns three days.
+    pub fn daily(&self, lookback: u32) -> Job {
+        self.job(
+            "daily",
+            &format!(
+                r#"lookback = {lookback}
+[sources.orders]
+path = "SRC/"
+partitioned_by = [{{ name = "created_date", type = "date" }}]
+[transform]
+sql = """
+select order_id, customer_id, amount_usd, status, created_date as dt
+from orders
+where created_date >= cast($run_start as date) and created_date < cast($run_end as date)
+"""
+[target]
+path = "TARGET"
+partition_by = ["dt"]
+"#
+            ),
+        )
+    }
+
+    /// A merge of each day's orders into an unpartitioned table clustered by key, in
+    /// small files, so a merge of one day keeps the other days' files.
+    pub fn merge(&self) -> Job {
+        self.job(
+            "merged",
+            r#"[sources.orders]
+path = "SRC/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = """
+select order_id, customer_id, amount_usd, status
+from orders
+where created_date = $run_date
+order by order_id
+"""
+[target]
+path = "TARGET"
+mode = "merge"
+key = ["order_id"]
+row_group_rows = 4
+file_size = "1 KiB"
+"#,
+        )
+    }
+
+    pub fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    pub fn run(&self, job: &Job, date: &str) -> Result<(), String> {
+        let opts = RunOptions {
+            date: date.into(),
+            ..Default::default()
+        };
+        Self::runtime()
+            .block_on(idem_engine::run::run(job, &opts, Arc::new(Quiet)))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    pub fn backfill(&self, job: &Job, dates: &[&str]) -> Result<(), String> {
+        let opts = idem_engine::backfill::BackfillOptions {
+            dates: dates.iter().map(|d| d.to_string()).collect(),
+            vars: Vec::new(),
+            concurrency: 2,
+            fail_fast: false,
+            skip_fresh: false,
+            stop: Default::default(),
+        };
+        let outcomes = Self::runtime().block_on(idem_engine::backfill::backfill(
+            job,
+            &opts,
+            Arc::new(|_| {}),
+        ));
+        let failed: Vec<String> = outcomes
+            .into_iter()
+            .filter_map(|o| o.result.err().map(|e| format!("{}: {e}", o.date)))
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed.join("; "))
+        }
+    }
+
+    pub fn gc(&self) -> Result<(), String> {
+        idem_engine::status::gc(Path::new(&self.target))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// The table's partitions as `idem status` reports them: (state, digest).
+    pub fn status(&self) -> Result<BTreeMap<String, (String, String)>, String> {
+        let status =
+            idem_engine::status::status(Path::new(&self.target)).map_err(|e| e.to_string())?;
+        Ok(status
+            .partitions
+            .into_iter()
+            .map(|p| {
+                (
+                    p.partition,
+                    (p.state.to_string(), p.digest.unwrap_or_default()),
+                )
+            })
+            .collect())
+    }
+
+    /// partition → digest, every partition whole (its files exactly its manifest's).
+    pub fn digests(&self) -> Digests {
+        let status = self.status().unwrap_or_default();
+        status
+            .into_iter()
+            .map(|(p, (state, digest))| {
+                assert_eq!(state, "managed", "{}: {p} is {state}", self.backend.name());
+                (p, digest)
+            })
+            .collect()
+    }
+
+    /// What runs left staged: directories under the local staging area, or keys under
+    /// the object store's (and their local staging, for object stores).
+    pub fn staged(&self) -> Vec<String> {
+        let list = |dir: &Path| -> Vec<String> {
+            std::fs::read_dir(dir)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.path().display().to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        match self.backend {
+            Backend::Local => list(&self.dir.path().join("_idem/t/staging")),
+            _ => {
+                let store =
+                    idem_io::store::object_store(&self.target, &self.job_storage()).unwrap();
+                let key = idem_io::store::key_of(&self.target);
+                let meta = key.replace("/t", "/_idem/t/staging");
+                let rt = Self::runtime();
+                let mut keys: Vec<String> = rt.block_on(async {
+                    use futures::TryStreamExt;
+                    store
+                        .list(Some(&idem_io::store::raw_key(&meta)))
+                        .map_ok(|o| o.location.to_string())
+                        .try_collect()
+                        .await
+                        .unwrap()
+                });
+                // Its runs' local staging directories, if any is left.
+                let local = idem_io::store::local_staging_root().join(format!(
+                    "{:016x}",
+                    xxhash_rust::xxh3::xxh3_64(self.target.as_bytes())
+                ));
+                keys.extend(list(&local));
+                keys
+            }
+        }
+    }
+
+    fn job_storage(&self) -> idem_io::store::StorageOptions {
+        match self.backend {
+            Backend::Moto => idem_io::store::StorageOptions {
+                endpoint: Some(idem_testdata::servers::s3_endpoint().to_string()),
+                region: Some("us-east-1".into()),
+                allow_http: Some(true),
+                path_style: Some(true),
+            },
+            _ => Default::default(),
+        }
+    }
+}
+
+/// The bucket of this process's moto worlds, created once.
+fn moto_bucket() -> &'static str {
+    static BUCKET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BUCKET.get_or_init(|| {
+        let name = format!("idem-faults-{}", std::process::id());
+        let empty = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(idem_testdata::servers::python())
+            .arg(idem_testdata::servers::repo_root().join("testdata/py/readers.py"))
+            .args([
+                "put",
+                idem_testdata::servers::s3_endpoint(),
+                empty.path().to_str().unwrap(),
+                &format!("s3://{name}/"),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        name
+    })
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target: PathBuf = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}

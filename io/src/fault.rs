@@ -1,0 +1,231 @@
+//! Fault injection under every storage call, so tests can fail each call of a run in
+//! turn instead of the few moments someone thought of.
+//!
+//! Every filesystem call of the write, publish, recovery and gc paths goes through
+//! [`crate::fs`], and every object-store call through [`FaultStore`]; both ask
+//! [`point`] first. Calls are numbered from 1 in the order they reach it. A plan fails
+//! one of them:
+//!
+//! * `fail@N`: call N fails before it has any effect (an I/O error, a refused request);
+//! * `lose@N`: call N takes effect, then reports failure (a write whose response is
+//!   lost; for a read, the same as `fail`);
+//! * `crash@N`: the process dies at call N. In a test process (armed through [`arm`])
+//!   the process cannot die, so from call N on every call fails without effect: what
+//!   the dead process did is exactly calls 1 … N−1, and nothing it does afterwards
+//!   reaches storage (its locks held by open descriptors are released as a dead
+//!   process's would be, and its leases go stale).
+//!
+//! Armed from the environment (`IDEM_FAULTS=crash@17`, for a whole `idem` process; a
+//! crash there is `abort()`) or by a test through [`arm`]. `IDEM_FAULTS=count` only
+//! counts. `IDEM_FAULTS_TRACE=1` prints each injected fault with its call. Unarmed, a
+//! call costs one atomic load.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+pub const ENV: &str = "IDEM_FAULTS";
+
+/// What happens at the call a plan names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Fail,
+    Lose,
+    Crash,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Fail => "fail",
+            Mode::Lose => "lose",
+            Mode::Crash => "crash",
+        })
+    }
+}
+
+/// What the caller of [`point`] must do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Make the call.
+    Proceed,
+    /// Fail without making it.
+    Fail,
+    /// Make it, then report failure.
+    Lose,
+}
+
+#[derive(Clone, Debug)]
+struct Plan {
+    /// `None`: only count.
+    fault: Option<(Mode, u64)>,
+    /// A crash aborts the process (armed from the environment) instead of failing
+    /// every later call.
+    abort: bool,
+    /// Only calls whose target (path, or object key) holds one of these count; none:
+    /// every call. Tests that run beside others in one process name their own.
+    scopes: Vec<String>,
+}
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static DEAD: AtomicBool = AtomicBool::new(false);
+static HIT: AtomicBool = AtomicBool::new(false);
+static PLAN: Mutex<Option<Plan>> = Mutex::new(None);
+
+/// How many calls were counted since the plan was armed, and whether its fault fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stats {
+    pub calls: u64,
+    pub fired: bool,
+}
+
+fn from_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(spec) = std::env::var(ENV) else {
+            return;
+        };
+        let spec = spec.trim();
+        let fault = if spec == "count" {
+            None
+        } else {
+            let parsed = spec.split_once('@').and_then(|(mode, at)| {
+                let mode = match mode {
+                    "fail" => Mode::Fail,
+                    "lose" => Mode::Lose,
+                    "crash" => Mode::Crash,
+                    _ => return None,
+                };
+                Some((mode, at.parse::<u64>().ok()?))
+            });
+            let Some((mode, at)) = parsed else {
+                eprintln!("{ENV}={spec}: expected fail@N, lose@N, crash@N or count; ignored");
+                return;
+            };
+            Some((mode, at))
+        };
+        *PLAN.lock().expect("not poisoned") = Some(Plan {
+            fault,
+            abort: true,
+            scopes: Vec::new(),
+        });
+        ARMED.store(true, Ordering::SeqCst);
+    });
+}
+
+/// Arms `mode` at call `at` for this process (tests), counting from 1 again; only
+/// calls whose target holds one of `scopes` count (all calls when it is empty).
+pub fn arm_in(scopes: &[&str], mode: Mode, at: u64) {
+    set(Plan {
+        fault: Some((mode, at)),
+        abort: false,
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+    });
+}
+
+/// Arms `mode` at call `at` for every call of this process.
+pub fn arm(mode: Mode, at: u64) {
+    arm_in(&[], mode, at)
+}
+
+/// Only counts the calls in `scopes` from now on (tests: how many calls does a clean
+/// run make?).
+pub fn count_in(scopes: &[&str]) {
+    set(Plan {
+        fault: None,
+        abort: false,
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+    });
+}
+
+fn set(plan: Plan) {
+    let mut current = PLAN.lock().expect("not poisoned");
+    *current = Some(plan);
+    CALLS.store(0, Ordering::SeqCst);
+    DEAD.store(false, Ordering::SeqCst);
+    HIT.store(false, Ordering::SeqCst);
+    ARMED.store(true, Ordering::SeqCst);
+}
+
+/// Disarms; what the plan saw.
+pub fn disarm() -> Stats {
+    let _plan = PLAN.lock().expect("not poisoned").take();
+    ARMED.store(false, Ordering::SeqCst);
+    DEAD.store(false, Ordering::SeqCst);
+    stats()
+}
+
+/// What the armed plan has seen so far.
+pub fn stats() -> Stats {
+    Stats {
+        calls: CALLS.load(Ordering::SeqCst),
+        fired: HIT.load(Ordering::SeqCst),
+    }
+}
+
+/// Whether a plan from the environment is armed (the CLI reports its count at exit).
+pub fn armed_from_env() -> bool {
+    from_env();
+    std::env::var_os(ENV).is_some() && ARMED.load(Ordering::SeqCst)
+}
+
+/// Counts a storage call, `op` on `target`, and says whether it may go ahead.
+pub fn point(op: &str, target: &dyn std::fmt::Display) -> Verdict {
+    from_env();
+    if !ARMED.load(Ordering::Relaxed) {
+        return Verdict::Proceed;
+    }
+    let plan = PLAN.lock().expect("not poisoned");
+    let Some(plan) = plan.as_ref() else {
+        return Verdict::Proceed;
+    };
+    if !plan.scopes.is_empty() {
+        let target = target.to_string();
+        if !plan.scopes.iter().any(|s| target.contains(s.as_str())) {
+            return Verdict::Proceed;
+        }
+    }
+    if DEAD.load(Ordering::SeqCst) {
+        return Verdict::Fail;
+    }
+    let n = CALLS.fetch_add(1, Ordering::SeqCst) + 1;
+    let Some((mode, at)) = plan.fault else {
+        return Verdict::Proceed;
+    };
+    if n != at {
+        return Verdict::Proceed;
+    }
+    HIT.store(true, Ordering::SeqCst);
+    tracing::debug!(n, %op, %target, %mode, "injected fault");
+    if std::env::var_os("IDEM_FAULTS_TRACE").is_some() {
+        eprintln!("injected {mode} at call {n}: {op} {target}");
+    }
+    match mode {
+        Mode::Fail => Verdict::Fail,
+        Mode::Lose => Verdict::Lose,
+        Mode::Crash if plan.abort => {
+            eprintln!("{ENV}: crash at call {n}: {op} {target}");
+            std::process::abort()
+        }
+        Mode::Crash => {
+            DEAD.store(true, Ordering::SeqCst);
+            Verdict::Fail
+        }
+    }
+}
+
+/// The error an injected filesystem fault gives.
+pub fn io_error(op: &str) -> std::io::Error {
+    std::io::Error::other(format!("injected fault ({op})"))
+}
+
+/// The error an injected object-store fault gives.
+pub fn store_error(op: &str, target: &dyn std::fmt::Display) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "fault",
+        source: format!("injected fault ({op} {target})").into(),
+    }
+}
+
+mod store;
+pub use store::FaultStore;
