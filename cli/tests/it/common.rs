@@ -80,8 +80,16 @@ impl Lake {
     }
 }
 
+/// The `idem` binary under test: this build's, or the one `IDEM_TEST_BIN` names (to
+/// show that a regression test fails on an older build).
+pub fn bin() -> PathBuf {
+    std::env::var_os("IDEM_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_idem")))
+}
+
 pub fn idem_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idem"));
+    let mut cmd = Command::new(bin());
     cmd.args(args)
         .current_dir(dir)
         .env_remove("IDEM_FAILPOINTS");

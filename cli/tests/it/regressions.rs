@@ -211,7 +211,7 @@ fn a_merge_and_a_replace_run_of_one_table_end_in_a_serial_order() {
 
     // The merge reads the table and stages its result, then waits before publishing.
     let hooks = tempfile::tempdir().unwrap();
-    let merging = Command::new(env!("CARGO_BIN_EXE_idem"))
+    let merging = Command::new(bin())
         .args(["run", &merge, "--date", "2026-06-01"])
         .current_dir(lake.path())
         .env("SRC", &ch)
@@ -279,7 +279,7 @@ fn a_default_backfill_of_a_merge_job_finishes_on_any_number_of_worker_threads() 
     for threads in ["1", "2", "4"] {
         let lake = Lake::new();
         let job = lake.job("merged", MERGE_ORDERS);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+        let mut child = Command::new(bin())
             .args([
                 "backfill",
                 &job,
