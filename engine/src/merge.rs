@@ -176,7 +176,20 @@ pub async fn prepare(
             }
             for f in p.files.iter_mut() {
                 // Footers are read on local disk; an object store's files are all read.
-                f.may_match = !local || probe.may_match(&f.path).map_err(storage)?;
+                // A file gone since the listing was replaced by a newer version of its
+                // partition: the merge is computed again on top of it.
+                f.may_match = !local
+                    || match probe.may_match(&f.path) {
+                        Ok(may) => may,
+                        Err(idem_io::Error::Io { source, .. })
+                            if source.kind() == std::io::ErrorKind::NotFound =>
+                        {
+                            return Err(storage(idem_io::Error::Conflict {
+                                partition: p.path.to_string(),
+                            }));
+                        }
+                        Err(e) => return Err(storage(e)),
+                    };
             }
         }
     }

@@ -841,12 +841,14 @@ async fn stage(
     let run_id2 = run_id.to_string();
     let opts = job.target.writer.clone();
     let kept = Arc::clone(kept);
+    let job_path = job.path.clone();
     drive(job, ctx, plan, router, observer, move |rx, rows_seen| {
         let mut writers: Writers = BTreeMap::new();
         while let Some((p, batch)) = rx.blocking_recv() {
             let w = match writers.get_mut(&p) {
                 Some(w) => w,
                 None => {
+                    check_partition_name(&job_path, &p)?;
                     let w = new_writer(table2.as_ref(), &run_id2, &p, &data_schema, &opts, &kept)?;
                     writers.entry(p.clone()).or_insert(w)
                 }
@@ -970,6 +972,32 @@ struct Kept {
     /// Per partition, the digest of the rows written, derived by the merge from what
     /// it took out of and put into files whose sums are known.
     derived: BTreeMap<PartitionPath, Arc<idem_io::digest::Difference>>,
+}
+
+/// The longest directory name (and object key segment) file systems allow, in bytes.
+const MAX_NAME: usize = 255;
+
+/// A partition whose directory name no file system can hold is bad input, refused by
+/// name before anything is staged for it.
+fn check_partition_name(job: &std::path::Path, p: &PartitionPath) -> Result<()> {
+    let rel = p.rel_path();
+    match rel.iter().find(|s| s.len() > MAX_NAME) {
+        None => Ok(()),
+        Some(segment) => Err(Error::Partition {
+            path: job.to_path_buf(),
+            partition: p.to_string(),
+            message: format!(
+                "its directory name `{}…` is {} bytes long, more than the {MAX_NAME} a file \
+                 system allows; partition by a shorter value (a date, a code, a hash)",
+                segment
+                    .to_string_lossy()
+                    .chars()
+                    .take(40)
+                    .collect::<String>(),
+                segment.len()
+            ),
+        }),
+    }
 }
 
 fn new_writer(

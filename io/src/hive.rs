@@ -101,7 +101,8 @@ fn segment(col: &str, value: Option<&str>) -> String {
 fn needs_escape(c: char) -> bool {
     matches!(
         c,
-        '\u{01}'
+        // Hive escapes 1..=31; NUL too, which no path or key can hold.
+        '\u{00}'
             ..='\u{1f}'
                 | '"'
                 | '#'

@@ -14,3 +14,4 @@ mod readers;
 mod regressions;
 mod run;
 mod s3;
+mod schedules;

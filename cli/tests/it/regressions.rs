@@ -654,3 +654,27 @@ partition_by = ["dt"]
         vec![("dt=2015-01-10".into(), "written".into())]
     );
 }
+
+/// A partition value too long for a directory name is refused by name, before
+/// anything is staged (generated values found it: it failed deep in staging).
+#[test]
+fn a_partition_value_too_long_for_a_directory_is_refused() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "long",
+        r#"
+name = "long"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = "select order_id, repeat('x', 300) as tag from orders where created_date = $run_date"
+[target]
+path = "out/long"
+partition_by = ["tag"]
+"#,
+    );
+    let out = lake.idem(&["run", &job, "--date", "2026-06-01"]);
+    refused(&out, &["tag=xxxx", "304 bytes long", "255"]);
+    assert!(!lake.join("out/long").exists());
+}

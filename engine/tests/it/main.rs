@@ -3,4 +3,5 @@
 //! object_store's in-memory store and an S3-compatible server (moto).
 
 mod faults;
+mod generated;
 mod world;

@@ -307,6 +307,7 @@ impl LocalTable {
             let Some(_dead) = lock_file(&lock_path, false)? else {
                 continue; // alive, or its lock file replaced meanwhile
             };
+            crate::failpoint::hit("gc_step")?;
             // A dead run may have died between the two renames of the fallback publish:
             // a partition whose live directory is missing gets its old copy back, unless
             // a live run is between its own two renames there.

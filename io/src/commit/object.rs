@@ -1224,6 +1224,7 @@ impl ObjectTable {
         for (run, partitions) in runs {
             let alive = self.run_alive(&run).await?;
             if !alive {
+                crate::failpoint::hit("gc_step")?;
                 self.abort_recorded_uploads(&run).await?;
                 // What it staged on this machine, if it ran here.
                 crate::durable::remove_dir_all(&self.local.join(&run))?;
