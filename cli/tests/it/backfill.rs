@@ -171,7 +171,7 @@ fn ctrl_c_finishes_running_dates_and_reports_what_ran() {
     use std::io::{BufRead, BufReader};
     let lake = Lake::new();
     thirty_days(&lake);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+    let mut child = std::process::Command::new(bin())
         .args([
             "backfill",
             FCT,

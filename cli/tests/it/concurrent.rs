@@ -14,7 +14,7 @@ fn digests(lake: &Lake) -> BTreeMap<String, String> {
 
 fn spawn_all(lake: &Lake, dates: &[&str]) -> Vec<std::process::Output> {
     all_at_once(dates.iter().map(|d| {
-        let mut run = Command::new(env!("CARGO_BIN_EXE_idem"));
+        let mut run = Command::new(bin());
         run.args(["run", FCT, "--date", d, "--json"])
             .current_dir(lake.path());
         run

@@ -333,7 +333,7 @@ fn storage_failures_are_named_and_change_nothing() {
     // No permission to write: run as an unprivileged user (root ignores permissions).
     chmod_tree(lake.path(), 0o755);
     let bin = lake.join("idem-bin");
-    std::fs::copy(env!("CARGO_BIN_EXE_idem"), &bin).unwrap();
+    std::fs::copy(crate::common::bin(), &bin).unwrap();
     chmod_tree(&bin, 0o755);
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])

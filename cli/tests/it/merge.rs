@@ -304,7 +304,7 @@ fn concurrent_merges_both_land_and_crashes_recover() {
     let a = changes(&lake, "a", &[20, 21, 22], &[3001], "NZ");
     let b = changes(&lake, "b", &[30, 31, 32], &[3002], "ZA");
     all_at_once([&a, &b].map(|src| {
-        let mut run = Command::new(env!("CARGO_BIN_EXE_idem"));
+        let mut run = Command::new(bin());
         run.args(["run", &job, "--date", "2026-06-01"])
             .current_dir(lake.path())
             .env("SRC", src);

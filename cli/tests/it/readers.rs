@@ -120,7 +120,7 @@ fn readers_never_see_staged_files_mid_run() {
     };
     idem_testdata::write_orders_day(&lake.join("testdata/lake/raw/orders"), &spec, 2).unwrap();
     let hooks = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+    let mut child = std::process::Command::new(bin())
         .args(["run", fct, "--date", "2026-06-03"])
         .current_dir(lake.path())
         .env(

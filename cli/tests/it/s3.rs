@@ -312,7 +312,7 @@ fn four_writers_on(backend: Backend) {
                 let mut outs = Vec::new();
                 for _ in 0..3 {
                     outs.push(
-                        Command::new(env!("CARGO_BIN_EXE_idem"))
+                        Command::new(bin())
                             .args(["run", &j, "--date", "2026-06"])
                             .current_dir(&dir)
                             .envs(backend.env())
@@ -494,7 +494,7 @@ fn merges_into_object_store_tables_match_duckdb_and_concurrent_merges_both_land(
         // Merges of the given changes files, all started at once; each must succeed.
         let race = |sources: &[&String]| {
             all_at_once(sources.iter().map(|src| {
-                let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_idem"));
+                let mut run = std::process::Command::new(bin());
                 run.args(["run", &dim, "--date", "2026-06-01"])
                     .current_dir(t.lake.path())
                     .envs(backend.env())

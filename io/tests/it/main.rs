@@ -2,4 +2,5 @@
 //! column names, every column type the digest supports) and the commit backends'
 //! conformance suite.
 
+mod backends;
 mod generated;
