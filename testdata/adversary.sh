@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs idem's adversarial searches longer than CI does (see docs/adversary.md).
+#
+#   testdata/adversary.sh schedules N [SEED]   N random schedules of concurrent writers
+#   testdata/adversary.sh faults               every fault scenario on every backend
+#   testdata/adversary.sh kills N              N random SIGKILLs per backend
+#
+# Needs what `cargo test --workspace` needs (Python readers, moto, Azurite: installed
+# on first use). A failure names what reproduces it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-}
+case "$what" in
+  schedules)
+    export IDEM_SCHEDULES="${2:-1000}" IDEM_SCHEDULE_SEED="${3:-1}"
+    exec cargo test --workspace --test it schedules:: -- --nocapture
+    ;;
+  faults)
+    export IDEM_ADVERSARY_FULL=1
+    exec cargo test --workspace --test it faults:: -- --nocapture --test-threads=1
+    ;;
+  kills)
+    export IDEM_CONFORMANCE_KILLS="${2:-100}"
+    exec cargo test --workspace --test it sigkill_at_random_moments -- --nocapture
+    ;;
+  *)
+    sed -n '2,9p' "$0" >&2
+    exit 2
+    ;;
+esac
