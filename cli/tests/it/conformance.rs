@@ -622,3 +622,66 @@ macro_rules! per_backend {
 }
 
 per_backend!(local: Backend::Local, s3: Backend::S3, azure: Backend::Azure);
+
+/// A real process dies at its Nth storage call (`IDEM_FAULTS=crash@N`: abort there),
+/// for every Nth call of a run that rewrites the month, spread over the whole run: the
+/// in-process fault search simulates these deaths, this checks them for real.
+fn a_process_dead_at_its_nth_storage_call_leaves_old_or_new(backend: Backend) {
+    let t = Table::new(backend, "calls");
+    let old = t.reference();
+    t.run_ok(&t.job);
+    t.switch_to_b(None);
+    let new = t.reference();
+    // How many calls an undisturbed rewrite makes (it is then undone).
+    let out = t.idem(
+        &["run", &t.job, "--date", "2026-06"],
+        &[("IDEM_FAULTS", "count")],
+    );
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let calls: u64 = stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("IDEM_FAULTS: ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no call count in: {stderr}"));
+    t.switch_to_a();
+    t.run_ok(&t.job);
+    t.switch_to_b(None);
+    let deaths = 12;
+    for k in 0..deaths {
+        let n = 1 + k * calls / deaths;
+        let context = format!("{backend:?}: death at call {n} of {calls}");
+        let out = t.idem(
+            &["run", &t.job, "--date", "2026-06"],
+            &[("IDEM_FAULTS", &format!("crash@{n}"))],
+        );
+        assert_eq!(out.status.code(), None, "{context}: did not die");
+        for (p, d) in t.committed_digests() {
+            assert!(d == old[&p] || d == new[&p], "{context}: {p} is neither");
+        }
+        t.run_ok(&t.job);
+        t.assert_clean(&new, &context);
+        t.switch_to_a();
+        t.run_ok(&t.job);
+        t.switch_to_b(None);
+    }
+}
+
+mod deaths {
+    use super::*;
+
+    #[test]
+    fn local() {
+        a_process_dead_at_its_nth_storage_call_leaves_old_or_new(Backend::Local)
+    }
+
+    #[test]
+    fn s3() {
+        a_process_dead_at_its_nth_storage_call_leaves_old_or_new(Backend::S3)
+    }
+}
