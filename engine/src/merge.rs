@@ -953,7 +953,7 @@ impl KeyProbe {
         {
             return Ok(false);
         }
-        let file = std::fs::File::open(path).map_err(|source| idem_io::Error::Io {
+        let file = idem_io::fs::open(path).map_err(|source| idem_io::Error::Io {
             op: "open",
             path: path.to_path_buf(),
             source,

@@ -662,7 +662,9 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
 
     observer.phase("planning");
     let (table, run_id, run_guard) = begin_run(&job).await?;
-    let mut merge_lock = None;
+    // What keeps this run live and its merge serialized: handed to the publish step
+    // and back, so they are held until its last rename even if this future is dropped.
+    let mut held: Vec<RunGuard> = vec![run_guard];
     let outcome = async {
         // A merge reads the table under the table's write lock and rewrites what it
         // affects; each partition is published only over the version it read.
@@ -710,7 +712,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                 derived: m.derived,
             };
             versions = Some(m.versions);
-            merge_lock = m.lock;
+            held.extend(m.lock);
             (m.df, Some(m.affected))
         } else {
             (df, None)
@@ -768,6 +770,11 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             Arc::clone(&observer),
             window,
         );
+        // A replace run owns its window's partitions: checked again when it publishes.
+        let ownership = match &merge_affected {
+            None => Some((window, time.clone())),
+            Some(_) => None,
+        };
         let (mut staged, warnings) = crate::blocking(move || {
             finalize(
                 &job2,
@@ -795,21 +802,26 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         // Checks passed: only now can a partition become `Checked`.
         let checked: Vec<Checked> = staged.into_iter().map(Checked::new).collect();
         let (table2, job2, observer2) = (Arc::clone(&table), job.clone(), Arc::clone(&observer));
-        let (partitions, warnings) = crate::blocking(move || {
-            publish_all(
+        let guards = std::mem::take(&mut held);
+        let (published, guards) = crate::blocking(move || {
+            let published = publish_all(
                 &job2,
                 table2.as_ref(),
                 checked,
+                ownership,
                 warnings,
                 observer2.as_ref(),
-            )
+            );
+            (published, guards)
         })
-        .await?;
+        .await;
+        held = guards;
+        let (partitions, warnings) = published?;
         Ok((partitions, warnings, merge_stats, inputs))
     }
     .await
     .map_err(|e| dedupe_tie(&job, e));
-    end_run(&table, &run_id, Box::new((run_guard, merge_lock))).await;
+    end_run(&table, &run_id, Box::new(held)).await;
     let (partitions, warnings, merge_stats, inputs) = outcome?;
 
     Ok(RunReport {
@@ -1152,6 +1164,7 @@ fn publish_all(
     job: &Job,
     table: &dyn CommitBackend,
     checked: Vec<Checked>,
+    ownership: Option<(Window, Option<TimeColumn>)>,
     mut warnings: Vec<String>,
     observer: &dyn Observer,
 ) -> Result<(Vec<PartitionReport>, Vec<String>)> {
@@ -1171,6 +1184,19 @@ fn publish_all(
         {
             return Err(storage(idem_io::Error::Conflict {
                 partition: written.partition.to_string(),
+            }));
+        }
+    }
+    // The partitions the run's window owns, as they are now: one another run created
+    // since this run looked (a table of several partition columns) is owned too, and
+    // the run is computed again to empty it.
+    if let Some((window, time)) = &ownership {
+        let staged: BTreeSet<&PartitionPath> =
+            checked.iter().map(|c| &c.partition().partition).collect();
+        let owned = owned_partitions(job, table, window, time.as_ref()).map_err(storage)?;
+        if let Some(p) = owned.iter().find(|p| !staged.contains(p)) {
+            return Err(storage(idem_io::Error::Conflict {
+                partition: p.to_string(),
             }));
         }
     }

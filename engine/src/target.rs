@@ -23,10 +23,21 @@ pub fn check(job: &Job) -> Result<()> {
     if job.target.is_remote() {
         let target = job.target.path.to_string_lossy();
         for s in &job.sources {
-            if idem_io::store::is_url(&s.path) && inside(&static_prefix(&s.path), &target) {
+            if !idem_io::store::is_url(&s.path) {
+                continue;
+            }
+            let folder = static_prefix(&s.path);
+            if inside(&folder, &target) {
                 return Err(refuse(format!(
                     "it holds source `{}` ({}); a run would replace what it reads. Write \
                      the table somewhere else",
+                    s.name, s.path
+                )));
+            }
+            if inside(&target, &folder) {
+                return Err(refuse(format!(
+                    "it lies inside the folder of source `{}` ({}); the run would read its \
+                     own table and staging. Write the table outside it",
                     s.name, s.path
                 )));
             }
@@ -109,6 +120,16 @@ fn local_places(job: &Job) -> std::result::Result<(), String> {
             return Err(format!(
                 "it is the folder of source `{}` ({}) or holds it; a run would replace \
                  what it reads. Write the table somewhere else",
+                s.name,
+                folder.display()
+            ));
+        }
+        // A directory source reads everything under it: a table inside it would be read
+        // back by its own runs, staging included (`_idem/` sits beside the table).
+        if s.path.ends_with('/') && target.starts_with(&folder) {
+            return Err(format!(
+                "it lies inside the folder of source `{}` ({}); the run would read its \
+                 own table and staging. Write the table outside it",
                 s.name,
                 folder.display()
             ));

@@ -678,3 +678,154 @@ partition_by = ["tag"]
     refused(&out, &["tag=xxxx", "304 bytes long", "255"]);
     assert!(!lake.join("out/long").exists());
 }
+
+/// Runs that each publish several partitions of one object-store table publish one
+/// after the other, never interleaved (each partition's commit is atomic on its own,
+/// so without a table-wide publish lease a month run could land half before and half
+/// after another). The first is stopped after its first partition; the second, with
+/// other source data, must wait for it; the month ends all one run's.
+#[test]
+fn runs_publishing_several_partitions_of_an_object_store_table_do_not_interleave() {
+    for backend in [Backend::S3, Backend::Azure] {
+        let t = crate::conformance::Table::new(backend, "interleave");
+        let a = t.reference();
+        t.run_ok(&t.job);
+        // A second lake whose sources hold state B, running the same job.
+        let other = crate::conformance::Table::new(backend, "interleave-b");
+        other.switch_to_b(None);
+        let b = other.reference();
+        let job_b = other.lake.job(
+            "crashy",
+            &std::fs::read_to_string(t.lake.join(&t.job)).unwrap(),
+        );
+        let hooks = tempfile::tempdir().unwrap();
+        let spawn = |lake: &Lake, job: &str, env: Vec<(String, String)>| {
+            Command::new(bin())
+                .args(["run", job, "--date", "2026-06"])
+                .current_dir(lake.path())
+                .envs(backend.env())
+                .envs(env)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        // A: state A again (a month rewrite after state B went in first).
+        t.switch_to_b(None);
+        t.run_ok(&t.job);
+        t.switch_to_a();
+        let first = spawn(
+            &t.lake,
+            &t.job,
+            vec![(
+                "IDEM_FAILPOINTS".into(),
+                format!("after_publish_one=pause:{}", hooks.path().display()),
+            )],
+        );
+        wait_for(&hooks.path().join("after_publish_one.paused"));
+        let mut second = spawn(&other.lake, &job_b, Vec::new());
+        // The second cannot publish while the first holds the table's publish lease.
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(8) {
+            assert!(
+                second.try_wait().unwrap().is_none(),
+                "{backend:?}: the second run published while the first was publishing"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::fs::write(hooks.path().join("after_publish_one.resume"), "").unwrap();
+        for child in [first, second] {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // The second ran last: all of the month is B.
+        assert_eq!(t.digests(), b, "{backend:?}");
+        assert_ne!(a, b);
+    }
+}
+
+/// A run owns every partition its window holds when it publishes, not only those it
+/// saw when it started: in a table of several partition columns, a partition another
+/// run created meanwhile is emptied too (as a serial order would), not left beside it.
+#[test]
+fn a_run_owns_the_partitions_of_its_window_that_appeared_while_it_ran() {
+    let lake = Lake::new();
+    let job = |country: &str| {
+        lake.job(
+            &format!("by_{country}"),
+            &format!(
+                r#"
+name = "by_{country}"
+[sources.customers]
+path = "testdata/lake/raw/customers/customers.csv"
+format = "csv"
+[transform]
+sql = "select customer_id, email, $run_date as dt, country from customers where country = '{country}'"
+[target]
+path = "out/by_country"
+partition_by = ["dt", "country"]
+"#
+            ),
+        )
+    };
+    let (us, fr) = (job("US"), job("FR"));
+    let hooks = tempfile::tempdir().unwrap();
+    let paused = Command::new(bin())
+        .args(["run", &us, "--date", "2026-06-01"])
+        .current_dir(lake.path())
+        .env(
+            "IDEM_FAILPOINTS",
+            format!("before_publish=pause:{}", hooks.path().display()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&hooks.path().join("before_publish.paused"));
+    lake.idem_ok(&["run", &fr, "--date", "2026-06-01"]);
+    std::fs::write(hooks.path().join("before_publish.resume"), "").unwrap();
+    let out = paused.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The FR run, then the US run: the US run owns dt=2026-06-01 and empties FR.
+    let out = lake.idem(&["status", "out/by_country", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: Vec<(String, u64)> = status["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["partition"].as_str().unwrap().to_string(),
+                p["rows"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0].0, "dt=2026-06-01/country=FR");
+    assert_eq!(rows[0].1, 0, "{rows:?}");
+    assert!(rows[1].1 > 0, "{rows:?}");
+}
+
+/// A table inside a directory source's folder would read itself back (and its
+/// staging, which sits beside it): refused.
+#[test]
+fn a_target_inside_a_directory_source_is_refused() {
+    let lake = Lake::new();
+    let job = lake.job(
+        "inside",
+        &std::fs::read_to_string(lake.join("testdata/jobs/fct_orders.toml"))
+            .unwrap()
+            .replace("lake/analytics/fct_orders/", "testdata/lake/raw/orders/out"),
+    );
+    let out = lake.idem(&["run", &job, "--date", "2026-06-01"]);
+    refused(&out, &["inside the folder of source `orders`"]);
+    assert!(!lake.join("testdata/lake/raw/orders/out").exists());
+}

@@ -246,21 +246,28 @@ impl LocalTable {
         Ok(file)
     }
 
-    /// The identity of the directory at `dir` (device, inode, change time), which a
-    /// swap or a fallback publish replaces with another directory's; `None` when there
-    /// is none.
+    /// The version of the partition directory at `dir`: its identity (device, inode,
+    /// change time), which a swap or a fallback publish replaces with another
+    /// directory's, and the names in it, which no two versions share (each writer
+    /// names its files with a token of its own), so an inode the file system reuses
+    /// within its timestamps' resolution still tells two versions apart. `None` when
+    /// there is none.
     fn dir_version(dir: &Path) -> Result<Option<Version>> {
-        match fs::metadata(dir) {
-            Ok(m) => Ok(Some(Version(format!(
-                "{}:{}:{}.{:09}",
-                m.dev(),
-                m.ino(),
-                m.ctime(),
-                m.ctime_nsec()
-            )))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io("stat", dir)(e)),
-        }
+        let m = match fs::metadata(dir) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("stat", dir)(e)),
+        };
+        let mut names: Vec<String> = fs::read_dir(dir)?.into_iter().map(|(n, _)| n).collect();
+        names.sort();
+        let listing = xxhash_rust::xxh3::xxh3_64(names.join("/").as_bytes());
+        Ok(Some(Version(format!(
+            "{}:{}:{}.{:09}:{listing:016x}",
+            m.dev(),
+            m.ino(),
+            m.ctime(),
+            m.ctime_nsec()
+        ))))
     }
 
     /// Removes what dead runs left behind: their staging directories (including old
@@ -526,6 +533,31 @@ impl CommitBackend for LocalTable {
                 partition: written.partition.to_string(),
             });
         }
+        // The live directory goes whole: anything in it but data files (a directory, a
+        // file someone put there while the run computed) is refused, not destroyed.
+        let entries: Vec<crate::layout::Entry> = match fs::read_dir(&live) {
+            Ok(listed) => listed
+                .into_iter()
+                .map(|(name, t)| crate::layout::Entry {
+                    rel: name,
+                    kind: if t.is_dir() {
+                        crate::layout::Kind::Dir
+                    } else if t.is_file() {
+                        crate::layout::Kind::File
+                    } else {
+                        crate::layout::Kind::Other
+                    },
+                })
+                .collect(),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
+        crate::layout::check(&entries, &[]).map_err(|problem| Error::Layout {
+            table: live.display().to_string(),
+            problem,
+        })?;
         // The staged files become durable only now that they are to be published.
         durable::sync_files_and_dir(&written.dir)?;
         let mode = self.swap(&written.dir, &live)?;

@@ -165,11 +165,16 @@ fn lease_body() -> (Vec<u8>, Holder) {
     (body, Holder(holder))
 }
 
-/// Whether the lease `bytes`, last written at `modified`, belongs to a dead holder:
-/// a guard of this process that is gone; a process of this host, boot and pid
-/// namespace whose pid is gone or now names a later process; or any holder whose lease
-/// was not refreshed for `DEAD_AFTER`.
-fn lease_dead(bytes: &[u8], modified: chrono::DateTime<chrono::Utc>) -> bool {
+/// Whether the lease `bytes`, last written at `modified` by the store's clock, belongs
+/// to a dead holder: a guard of this process that is gone; a process of this host,
+/// boot and pid namespace whose pid is gone (or names a later process); or any holder
+/// whose lease was not refreshed for `DEAD_AFTER` by the store's clock (`store_now`:
+/// this machine's clock corrected by the offset measured against the store).
+fn lease_dead(
+    bytes: &[u8],
+    modified: chrono::DateTime<chrono::Utc>,
+    store_now: chrono::DateTime<chrono::Utc>,
+) -> bool {
     let Ok(lease) = serde_json::from_slice::<Lease>(bytes) else {
         return true;
     };
@@ -183,11 +188,45 @@ fn lease_dead(bytes: &[u8], modified: chrono::DateTime<chrono::Utc>) -> bool {
         && lease.host == here
         && lease.boot == boot
         && lease.pidns == pidns;
-    if same_namespace && start_time(lease.pid).is_none_or(|s| lease.start != 0 && s != lease.start)
-    {
+    if same_namespace && process_gone(lease.pid, lease.start) {
         return true;
     }
-    chrono::Utc::now() - modified >= chrono::Duration::from_std(DEAD_AFTER).expect("fits")
+    store_now - modified >= chrono::Duration::from_std(DEAD_AFTER).expect("fits")
+}
+
+/// Whether the process `pid` that started at `start` (0: unknown) is gone: no process
+/// has the pid (a signal to it finds none), or the one that has it started at another
+/// time (the pid was reused). A process this one may not signal, or whose start time
+/// cannot be read (`/proc` mounted with `hidepid`), counts as alive.
+fn process_gone(pid: u32, start: u64) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return true;
+    };
+    if let Err(rustix::io::Errno::SRCH) = rustix::process::test_kill_process(pid) {
+        return true;
+    }
+    start != 0 && start_time(pid.as_raw_nonzero().get() as u32).is_some_and(|s| s != start)
+}
+
+/// What this machine's clock is ahead of the store's, per store, measured on a lease
+/// this process wrote (its last-modified time against the local time of the write).
+fn clock_offsets() -> &'static std::sync::Mutex<std::collections::HashMap<String, chrono::Duration>>
+{
+    static OFFSETS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<String, chrono::Duration>>,
+    > = std::sync::OnceLock::new();
+    OFFSETS.get_or_init(Default::default)
+}
+
+/// The version a put left: the only one a later update of that object may replace.
+fn version_of(r: &object_store::PutResult) -> UpdateVersion {
+    UpdateVersion {
+        e_tag: r.e_tag.clone(),
+        version: r.version.clone(),
+    }
 }
 
 /// Keeps a run's lease fresh until dropped, then removes it.
@@ -611,16 +650,20 @@ impl ObjectTable {
         let key = self.lease_key(run_id);
         Ok(match self.read("read lease", &key).await? {
             None => false,
-            Some((meta, bytes)) => !lease_dead(&bytes, meta.last_modified),
+            Some((meta, bytes)) => !lease_dead(&bytes, meta.last_modified, self.store_now()),
         })
     }
 
-    /// Takes the table's write lock (`_idem/<table>/writes.lock`) for a
-    /// read-modify-write: created only if absent; a dead holder's lock is taken over
-    /// by a conditional overwrite of the version read, so two waiters cannot both win.
-    async fn acquire_writes(&self, body: &[u8]) -> Result<()> {
-        let key = raw_key(format!("{}/writes.lock", self.meta));
+    /// Takes the table lock `_idem/<table>/<name>` (`writes.lock` for a merge,
+    /// `publish.lock` for any publish): created only if absent; a dead holder's lock is
+    /// taken over by a conditional overwrite of the version read, so two waiters cannot
+    /// both win. A holder is dead on evidence (see [`lease_dead`]), or when its lock has
+    /// not changed for three heartbeats as this process's own clock measures it (no
+    /// other machine's clock is compared). Returns the version it wrote.
+    async fn acquire(&self, name: &str, body: &[u8]) -> Result<UpdateVersion> {
+        let key = raw_key(format!("{}/{name}", self.meta));
         let started = std::time::Instant::now();
+        let mut seen: Option<(Option<String>, std::time::Instant)> = None;
         loop {
             let create = PutOptions::from(PutMode::Create);
             match self
@@ -628,35 +671,45 @@ impl ObjectTable {
                 .put_opts(&key, PutPayload::from(body.to_vec()), create)
                 .await
             {
-                Ok(_) => return Ok(()),
+                Ok(r) => return Ok(version_of(&r)),
                 Err(object_store::Error::AlreadyExists { .. }) => {}
-                Err(e) => return Err(self.err("take the write lock", &key)(e)),
+                Err(e) => return Err(self.err("take the lock", &key)(e)),
             }
-            let Some((meta, holder)) = self.read("read the write lock", &key).await? else {
+            let Some((meta, holder)) = self.read("read the lock", &key).await? else {
                 continue;
             };
-            let version = UpdateVersion {
-                e_tag: meta.e_tag.clone(),
-                version: meta.version.clone(),
+            let unchanged_for = match &seen {
+                Some((tag, since)) if *tag == meta.e_tag => since.elapsed(),
+                _ => {
+                    seen = Some((meta.e_tag.clone(), std::time::Instant::now()));
+                    std::time::Duration::ZERO
+                }
             };
-            if lease_dead(&holder, meta.last_modified) {
+            if lease_dead(&holder, meta.last_modified, self.store_now())
+                || unchanged_for >= 3 * HEARTBEAT
+            {
+                let version = UpdateVersion {
+                    e_tag: meta.e_tag.clone(),
+                    version: meta.version.clone(),
+                };
                 let take = PutOptions::from(PutMode::Update(version));
                 match self
                     .store
                     .put_opts(&key, PutPayload::from(body.to_vec()), take)
                     .await
                 {
-                    Ok(_) => return Ok(()),
+                    Ok(r) => return Ok(version_of(&r)),
                     Err(
                         object_store::Error::Precondition { .. }
-                        | object_store::Error::AlreadyExists { .. },
+                        | object_store::Error::AlreadyExists { .. }
+                        | object_store::Error::NotFound { .. },
                     ) => continue,
-                    Err(e) => return Err(self.err("take over the write lock", &key)(e)),
+                    Err(e) => return Err(self.err("take over the lock", &key)(e)),
                 }
             }
             if started.elapsed() > DEAD_AFTER {
                 return Err(Error::Io {
-                    op: "wait for the table's write lock (held by a live writer)",
+                    op: "wait for the table's lock (held by a live writer)",
                     path: PathBuf::from(format!("{}/{key}", self.url)),
                     source: std::io::Error::other(String::from_utf8_lossy(&holder).into_owned()),
                 });
@@ -665,36 +718,102 @@ impl ObjectTable {
         }
     }
 
-    /// Keeps `key` holding `body` (refreshed every `HEARTBEAT`) until the guard drops,
-    /// then deletes it.
+    /// Holds the table lock `name` (see [`Self::acquire`]) until the guard drops.
+    fn lock_table(&self, name: &str) -> Result<Guard> {
+        let (body, holder) = lease_body();
+        let version = self.block(self.acquire(name, &body))?;
+        let key = raw_key(format!("{}/{name}", self.meta));
+        self.hold(key, body, holder, version)
+    }
+
+    /// The store's clock now, as best this process knows it (see [`clock_offsets`]).
+    fn store_now(&self) -> chrono::DateTime<chrono::Utc> {
+        let base = crate::store::store_base(&self.url).unwrap_or_default();
+        let offset = clock_offsets()
+            .lock()
+            .expect("not poisoned")
+            .get(&base)
+            .copied()
+            .unwrap_or_default();
+        chrono::Utc::now() - offset
+    }
+
+    /// Measures this machine's clock against the store's on the object `key` it has
+    /// just written, once per store and process.
+    async fn measure_clock(&self, key: &ObjectPath, written_at: chrono::DateTime<chrono::Utc>) {
+        let base = crate::store::store_base(&self.url).unwrap_or_default();
+        if clock_offsets()
+            .lock()
+            .expect("not poisoned")
+            .contains_key(&base)
+        {
+            return;
+        }
+        if let Ok(meta) = self.store.head(key).await {
+            // The store stamped the object between the request and its answer.
+            let offset = written_at - meta.last_modified;
+            clock_offsets()
+                .lock()
+                .expect("not poisoned")
+                .insert(base, offset);
+        }
+    }
+
+    /// Keeps `key` holding `body` (refreshed every `HEARTBEAT`, each time only over
+    /// the version it wrote last, `version`) until the guard drops, then deletes it if
+    /// it is still this holder's. A refresh that finds another version means the lease
+    /// was taken over (this holder was judged dead): it stops, and never writes over
+    /// the new holder.
     fn hold(
         &self,
         key: ObjectPath,
         body: Vec<u8>,
         holder: Holder,
-    ) -> Result<Box<dyn std::any::Any + Send>> {
+        version: UpdateVersion,
+    ) -> Result<Guard> {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let table = self.clone();
         let thread = std::thread::Builder::new()
             .name("idem-lease".into())
             .spawn(move || {
+                let mut version = Some(version);
                 // Refresh until the guard is dropped (the sender closes), then remove.
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     rx.recv_timeout(HEARTBEAT)
                 {
-                    if let Err(e) = table.put_lease(&key, &body) {
-                        tracing::warn!(error = %e, "could not refresh a lease");
+                    let Some(current) = version.clone() else {
+                        continue; // taken over: nothing more to refresh
+                    };
+                    let put = table.block(async {
+                        let update = PutOptions::from(PutMode::Update(current));
+                        table
+                            .store
+                            .put_opts(&key, PutPayload::from(body.clone()), update)
+                            .await
+                    });
+                    match put {
+                        Ok(r) => version = Some(version_of(&r)),
+                        Err(
+                            object_store::Error::Precondition { .. }
+                            | object_store::Error::NotFound { .. },
+                        ) => {
+                            tracing::warn!(lease = %key, "this run's lease was taken over; it no longer holds it");
+                            version = None;
+                        }
+                        Err(e) => tracing::warn!(error = %e, "could not refresh a lease"),
                     }
                 }
-                // Only if it is still this holder's: a holder taken for dead may
-                // have been replaced (the write lock taken over).
-                table.block(async {
-                    if let Ok(Some((_, now))) = table.read("read lease", &key).await
-                        && now == body
-                    {
-                        let _ = table.store.delete(&key).await;
-                    }
-                });
+                // Only if it is still this holder's: a holder taken for dead may have
+                // been replaced (the lock taken over).
+                if version.is_some() {
+                    table.block(async {
+                        if let Ok(Some((_, now))) = table.read("read lease", &key).await
+                            && now == body
+                        {
+                            let _ = table.store.delete(&key).await;
+                        }
+                    });
+                }
             })
             .map_err(Error::io("start the lease thread for", self.url.clone()))?;
         Ok(Box::new(LeaseGuard {
@@ -704,14 +823,19 @@ impl ObjectTable {
         }))
     }
 
-    fn put_lease(&self, key: &ObjectPath, body: &[u8]) -> Result<()> {
+    /// Writes a run's lease (overwriting: the run id is its own) and measures the
+    /// store's clock on it; the version written.
+    fn put_lease(&self, key: &ObjectPath, body: &[u8]) -> Result<UpdateVersion> {
         let body = PutPayload::from(body.to_vec());
         self.block(async {
-            self.store
+            let written_at = chrono::Utc::now();
+            let r = self
+                .store
                 .put(key, body)
                 .await
-                .map(|_| ())
-                .map_err(self.err("write lease", key))
+                .map_err(self.err("write lease", key))?;
+            self.measure_clock(key, written_at).await;
+            Ok(version_of(&r))
         })
     }
 
@@ -932,6 +1056,16 @@ impl ObjectTable {
             .into_iter()
             .filter_map(|o| o.location.filename().map(str::to_string))
             .collect();
+        // A marker superseded meanwhile is not applied: its files would come back
+        // after the newer apply removed them (a reader that found one missing would
+        // find it again).
+        if self
+            .read_marker(p)
+            .await?
+            .is_none_or(|(now, _)| now.seq != marker.seq)
+        {
+            return Ok(());
+        }
         for f in &marker.files {
             if present.contains(&f.name) {
                 continue;
@@ -1105,7 +1239,14 @@ impl ObjectTable {
             match put {
                 Ok(_) => {}
                 Err(e) => {
-                    // Settle an ambiguous answer by reading the marker back.
+                    // The outcome is unknown until the marker is read back (a retried
+                    // put can even report a conflict although it landed): until then,
+                    // and whenever it stays unknown, this partition's staging is kept
+                    // for the roll-forward (cleanup_run skips it).
+                    self.ambiguous
+                        .lock()
+                        .expect("not poisoned")
+                        .insert(staging.clone());
                     let now = self.read_marker(p).await?;
                     let ours = now.as_ref().is_some_and(|(m, _)| m.run_id == *run_id);
                     let conflict = matches!(
@@ -1113,13 +1254,12 @@ impl ObjectTable {
                         object_store::Error::AlreadyExists { .. }
                             | object_store::Error::Precondition { .. }
                     );
-                    if !ours && !conflict {
-                        // The put may still land: keep this partition's staging for
-                        // the roll-forward (cleanup_run skips it).
+                    if !ours && conflict {
+                        // Settled: another commit is there and this one is not.
                         self.ambiguous
                             .lock()
                             .expect("not poisoned")
-                            .insert(staging.clone());
+                            .remove(&staging);
                     }
                     if !ours {
                         if conflict && written.expected.is_some() {
@@ -1226,8 +1366,12 @@ impl ObjectTable {
             if !alive {
                 crate::failpoint::hit("gc_step")?;
                 self.abort_recorded_uploads(&run).await?;
-                // What it staged on this machine, if it ran here.
-                crate::durable::remove_dir_all(&self.local.join(&run))?;
+                // What it staged on this machine, if it ran here. The staging root is
+                // shared by every user of the machine: one that cannot be removed
+                // (another user's) must not stop this run.
+                if let Err(e) = crate::durable::remove_dir_all(&self.local.join(&run)) {
+                    tracing::warn!(error = %e, "could not remove a dead run's local staging");
+                }
             }
             let mut removed_all = true;
             for (rel, _newest) in partitions {
@@ -1324,11 +1468,11 @@ impl CommitBackend for ObjectTable {
         crate::durable::create_dir_all(&self.local)
     }
 
-    fn lock_run(&self, run_id: &str) -> Result<Box<dyn std::any::Any + Send>> {
+    fn lock_run(&self, run_id: &str) -> Result<Guard> {
         let key = self.lease_key(run_id);
         let (body, holder) = lease_body();
-        self.put_lease(&key, &body)?;
-        self.hold(key, body, holder)
+        let version = self.put_lease(&key, &body)?;
+        self.hold(key, body, holder, version)
     }
 
     fn clean_dead_runs(&self) -> Result<Vec<String>> {
@@ -1336,10 +1480,11 @@ impl CommitBackend for ObjectTable {
     }
 
     fn lock_writes(&self) -> Result<Option<Guard>> {
-        let (body, holder) = lease_body();
-        self.block(self.acquire_writes(&body))?;
-        let key = raw_key(format!("{}/writes.lock", self.meta));
-        Ok(Some(self.hold(key, body, holder)?))
+        self.lock_table("writes.lock").map(Some)
+    }
+
+    fn lock_publish(&self) -> Result<Option<Guard>> {
+        self.lock_table("publish.lock").map(Some)
     }
 
     fn check_layout(&self, partition_by: &[String]) -> Result<()> {
@@ -1563,20 +1708,24 @@ mod tests {
         let (ours, me) = (pid_namespace(), std::process::id());
         let my_start = start_time(me).unwrap();
         // No such pid here, but another pid namespace: alive until stale.
-        assert!(!lease_dead(&lease("pid:[1]", 4_000_000, 1, 7, 1), now));
+        assert!(!lease_dead(&lease("pid:[1]", 4_000_000, 1, 7, 1), now, now));
         let stale = now - chrono::Duration::from_std(DEAD_AFTER).unwrap();
-        assert!(lease_dead(&lease("pid:[1]", 4_000_000, 1, 7, 1), stale));
+        assert!(lease_dead(
+            &lease("pid:[1]", 4_000_000, 1, 7, 1),
+            stale,
+            now
+        ));
         // Our namespace: a pid that is gone, or reused by a later process, is dead.
-        assert!(lease_dead(&lease(&ours, 4_000_000, 1, 7, 1), now));
-        assert!(lease_dead(&lease(&ours, me, my_start + 1, 7, 1), now));
-        assert!(!lease_dead(&lease(&ours, me, my_start, 7, 1), now));
+        assert!(lease_dead(&lease(&ours, 4_000_000, 1, 7, 1), now, now));
+        assert!(lease_dead(&lease(&ours, me, my_start + 1, 7, 1), now, now));
+        assert!(!lease_dead(&lease(&ours, me, my_start, 7, 1), now, now));
         // This process: alive exactly while the holder is.
         let (body, holder) = lease_body();
-        assert!(!lease_dead(&body, now));
+        assert!(!lease_dead(&body, now, now));
         drop(holder);
-        assert!(lease_dead(&body, now));
+        assert!(lease_dead(&body, now, now));
         // Unreadable: dead.
-        assert!(lease_dead(b"{", now));
+        assert!(lease_dead(b"{", now, now));
     }
 
     /// A multipart upload whose record cannot be written is aborted at once (nothing
