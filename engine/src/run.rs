@@ -759,6 +759,8 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         {
             Ok(writers) => writers,
             Err(e @ Error::Execution { .. }) => {
+                // A read that failed on a file a newer commit removed: computed again.
+                read_files_still_there(&ctx, &job).await?;
                 return Err(crate::session::diagnose_inputs(&job, &run_info.inputs).unwrap_or(e));
             }
             Err(e) => return Err(e),
@@ -1431,10 +1433,15 @@ fn check_schema_change(job: &Job, output: &SchemaRef) -> Result<()> {
 /// Turns an execution error from before the plan's file list is known into what the
 /// user must fix, where it is one: a dedupe tie, or a source file that cannot be read
 /// (DataFusion reads footers while planning, and its errors do not name the file).
+/// An error reading a file that a newer commit removed since is a conflict: the run
+/// is computed again.
 async fn explain(job: &Job, ctx: &SessionContext, e: Error) -> Error {
     let e = dedupe_tie(job, e);
     if !matches!(e, Error::Execution { .. }) {
         return e;
+    }
+    if let Err(conflict) = read_files_still_there(ctx, job).await {
+        return conflict;
     }
     let files = crate::session::all_source_files(ctx, job).await;
     crate::session::diagnose_inputs(job, &files).unwrap_or(e)

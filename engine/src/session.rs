@@ -35,6 +35,25 @@ use crate::key::IdemKey;
 #[derive(Debug, Default)]
 pub struct ReadFiles(std::sync::Mutex<Vec<String>>);
 
+impl ReadFiles {
+    fn of(ctx: &SessionContext) -> Option<Arc<ReadFiles>> {
+        ctx.state().config().get_extension::<ReadFiles>()
+    }
+
+    /// How many files the session has recorded so far.
+    fn count(ctx: &SessionContext) -> usize {
+        Self::of(ctx).map_or(0, |r| r.0.lock().expect("not poisoned").len())
+    }
+
+    /// Forgets the files recorded after the first `count` (a read that was abandoned
+    /// and made again).
+    fn forget_after(ctx: &SessionContext, count: usize) {
+        if let Some(r) = Self::of(ctx) {
+            r.0.lock().expect("not poisoned").truncate(count);
+        }
+    }
+}
+
 /// The first file the run read by name that is gone now, if any.
 pub fn missing_read_file(ctx: &SessionContext, job: &Job) -> Option<String> {
     let files = ctx
@@ -101,27 +120,26 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         // An idem table on an object store is read through its partitions' markers,
         // so a run never sees a partition mid-apply.
         if s.format == Format::Parquet && !is_glob {
-            let staging = idem_io::store::local_staging_root();
-            let (path, storage) = (s.path.clone(), s.storage.clone());
-            // Its partitions as committed (marker reads), off the async workers.
-            let committed = crate::blocking(move || {
-                let Ok(table) =
-                    idem_io::commit::object::ObjectTable::new(&path, &storage, &staging)
-                else {
-                    return Ok(None);
-                };
-                if !table.is_idem_table()? {
-                    return Ok(None);
+            // Its partitions as committed (marker reads), off the async workers; read
+            // again when a file they name is gone by the time its footer is read (an
+            // apply finished and removed the staged copy read from, or a newer commit
+            // replaced the partition).
+            let mut attempt = 0;
+            while let Some(committed) = committed_partitions(s)
+                .await
+                .map_err(|e| err(e.to_string()))?
+            {
+                let recorded = ReadFiles::count(ctx);
+                match committed_frame(ctx, &committed, s).await {
+                    Ok(frame) => return register_provider(ctx, job, s, frame.into_view()).await,
+                    Err(e) => {
+                        ReadFiles::forget_after(ctx, recorded);
+                        if attempt == 3 || !any_gone(&committed, s).await {
+                            return Err(err(format!("reading the idem table {}: {e}", s.path)));
+                        }
+                        attempt += 1;
+                    }
                 }
-                table.committed().map(Some)
-            })
-            .await
-            .map_err(|e| err(e.to_string()))?;
-            if let Some(committed) = committed {
-                let frame = committed_frame(ctx, &committed, s)
-                    .await
-                    .map_err(|e| err(format!("reading the idem table {}: {e}", s.path)))?;
-                return register_provider(ctx, job, s, frame.into_view()).await;
             }
         }
     } else if !is_glob && !std::path::Path::new(&s.path).exists() {
@@ -240,6 +258,42 @@ async fn register_provider(
         .await
         .map_err(|e| err(format!("dedupe: {e}")))?;
     Ok(())
+}
+
+/// The committed partitions of the idem table `s` names on an object store (each with
+/// its manifest and the URLs of its files), or `None` when it is not an idem table.
+async fn committed_partitions(
+    s: &Source,
+) -> idem_io::Result<Option<Vec<(PartitionPath, idem_io::manifest::Manifest, Vec<String>)>>> {
+    let staging = idem_io::store::local_staging_root();
+    let (path, storage) = (s.path.clone(), s.storage.clone());
+    crate::blocking(move || {
+        let Ok(table) = idem_io::commit::object::ObjectTable::new(&path, &storage, &staging) else {
+            return Ok(None);
+        };
+        if !table.is_idem_table()? {
+            return Ok(None);
+        }
+        table.committed().map(Some)
+    })
+    .await
+}
+
+/// Whether a file of `committed` is gone from the store now.
+async fn any_gone(
+    committed: &[(PartitionPath, idem_io::manifest::Manifest, Vec<String>)],
+    s: &Source,
+) -> bool {
+    let urls: Vec<String> = committed
+        .iter()
+        .flat_map(|(_, _, urls)| urls.clone())
+        .collect();
+    let storage = s.storage.clone();
+    crate::blocking(move || {
+        urls.iter()
+            .any(|u| idem_io::store::head(u, &storage).is_none())
+    })
+    .await
 }
 
 /// The rows of every committed partition of an idem table on an object store, with

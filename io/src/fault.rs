@@ -13,12 +13,17 @@
 //!   the process cannot die, so from call N on every call fails without effect: what
 //!   the dead process did is exactly calls 1 … N−1, and nothing it does afterwards
 //!   reaches storage (its locks held by open descriptors are released as a dead
-//!   process's would be, and its leases go stale).
+//!   process's would be, and its leases go stale);
+//! * `pause@N`: call N waits, before it is made, until the file `fault.resume` appears
+//!   in the directory `IDEM_FAULTS_DIR` (it writes `fault.paused` there first, holding
+//!   the call), so a test can let another process act at exactly that moment: another
+//!   writer's commit between two reads of one file, say.
 //!
 //! Armed from the environment (`IDEM_FAULTS=crash@17`, for a whole `idem` process; a
-//! crash there is `abort()`) or by a test through [`arm`]. `IDEM_FAULTS=count` only
-//! counts. `IDEM_FAULTS_TRACE=1` prints each injected fault with its call. Unarmed, a
-//! call costs one atomic load.
+//! crash there is `abort()`; `IDEM_FAULTS=pause@2:dt=2026-06-01/part-` counts only the
+//! calls whose path or key holds the text after the colon) or by a test through
+//! [`arm`]. `IDEM_FAULTS=count` only counts. `IDEM_FAULTS_TRACE=1` prints each injected
+//! fault with its call. Unarmed, a call costs one atomic load.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,6 +36,7 @@ pub enum Mode {
     Fail,
     Lose,
     Crash,
+    Pause,
 }
 
 impl std::fmt::Display for Mode {
@@ -39,6 +45,7 @@ impl std::fmt::Display for Mode {
             Mode::Fail => "fail",
             Mode::Lose => "lose",
             Mode::Crash => "crash",
+            Mode::Pause => "pause",
         })
     }
 }
@@ -52,6 +59,12 @@ pub enum Verdict {
     Fail,
     /// Make it, then report failure.
     Lose,
+}
+
+/// What [`decide`] says of a call: a verdict, or wait first (then make it).
+enum Decision {
+    Now(Verdict),
+    Pause,
 }
 
 #[derive(Clone, Debug)]
@@ -86,28 +99,38 @@ fn from_env() {
             return;
         };
         let spec = spec.trim();
+        let mut scopes = Vec::new();
         let fault = if spec == "count" {
             None
         } else {
+            let (spec, scope) = match spec.split_once(':') {
+                Some((spec, scope)) => (spec, Some(scope)),
+                None => (spec, None),
+            };
             let parsed = spec.split_once('@').and_then(|(mode, at)| {
                 let mode = match mode {
                     "fail" => Mode::Fail,
                     "lose" => Mode::Lose,
                     "crash" => Mode::Crash,
+                    "pause" => Mode::Pause,
                     _ => return None,
                 };
                 Some((mode, at.parse::<u64>().ok()?))
             });
             let Some((mode, at)) = parsed else {
-                eprintln!("{ENV}={spec}: expected fail@N, lose@N, crash@N or count; ignored");
+                eprintln!(
+                    "{ENV}={spec}: expected fail@N, lose@N, crash@N or pause@N (each with an \
+                     optional :SCOPE), or count; ignored"
+                );
                 return;
             };
+            scopes = scope.map(str::to_string).into_iter().collect();
             Some((mode, at))
         };
         *PLAN.lock().expect("not poisoned") = Some(Plan {
             fault,
             abort: true,
-            scopes: Vec::new(),
+            scopes,
         });
         ARMED.store(true, Ordering::SeqCst);
     });
@@ -169,31 +192,68 @@ pub fn armed_from_env() -> bool {
     std::env::var_os(ENV).is_some() && ARMED.load(Ordering::SeqCst)
 }
 
-/// Counts a storage call, `op` on `target`, and says whether it may go ahead.
+/// Counts a storage call, `op` on `target`, and says whether it may go ahead (after
+/// waiting, at a pause: this call blocks its thread; an async caller uses
+/// [`point_async`]).
 pub fn point(op: &str, target: &dyn std::fmt::Display) -> Verdict {
+    match decide(op, target) {
+        Decision::Now(verdict) => verdict,
+        Decision::Pause => {
+            let resume = pause_files(op, target);
+            while !resume.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Verdict::Proceed
+        }
+    }
+}
+
+/// [`point`] for an async caller: a pause waits without holding its thread.
+pub async fn point_async(op: &str, target: &(dyn std::fmt::Display + Sync)) -> Verdict {
+    match decide(op, target) {
+        Decision::Now(verdict) => verdict,
+        Decision::Pause => {
+            let resume = pause_files(op, target);
+            while !resume.exists() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Verdict::Proceed
+        }
+    }
+}
+
+/// Writes `fault.paused` (naming the call) in `IDEM_FAULTS_DIR`; the file that ends
+/// the pause.
+fn pause_files(op: &str, target: &dyn std::fmt::Display) -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(std::env::var_os("IDEM_FAULTS_DIR").unwrap_or_default());
+    let _ = std::fs::write(dir.join("fault.paused"), format!("{op} {target}"));
+    dir.join("fault.resume")
+}
+
+fn decide(op: &str, target: &dyn std::fmt::Display) -> Decision {
     from_env();
     if !ARMED.load(Ordering::Relaxed) {
-        return Verdict::Proceed;
+        return Decision::Now(Verdict::Proceed);
     }
     let plan = PLAN.lock().expect("not poisoned");
     let Some(plan) = plan.as_ref() else {
-        return Verdict::Proceed;
+        return Decision::Now(Verdict::Proceed);
     };
     if !plan.scopes.is_empty() {
         let target = target.to_string();
         if !plan.scopes.iter().any(|s| target.contains(s.as_str())) {
-            return Verdict::Proceed;
+            return Decision::Now(Verdict::Proceed);
         }
     }
     if DEAD.load(Ordering::SeqCst) {
-        return Verdict::Fail;
+        return Decision::Now(Verdict::Fail);
     }
     let n = CALLS.fetch_add(1, Ordering::SeqCst) + 1;
     let Some((mode, at)) = plan.fault else {
-        return Verdict::Proceed;
+        return Decision::Now(Verdict::Proceed);
     };
     if n != at {
-        return Verdict::Proceed;
+        return Decision::Now(Verdict::Proceed);
     }
     HIT.store(true, Ordering::SeqCst);
     tracing::debug!(n, %op, %target, %mode, "injected fault");
@@ -201,16 +261,17 @@ pub fn point(op: &str, target: &dyn std::fmt::Display) -> Verdict {
         eprintln!("injected {mode} at call {n}: {op} {target}");
     }
     match mode {
-        Mode::Fail => Verdict::Fail,
-        Mode::Lose => Verdict::Lose,
+        Mode::Fail => Decision::Now(Verdict::Fail),
+        Mode::Lose => Decision::Now(Verdict::Lose),
         Mode::Crash if plan.abort => {
             eprintln!("{ENV}: crash at call {n}: {op} {target}");
             std::process::abort()
         }
         Mode::Crash => {
             DEAD.store(true, Ordering::SeqCst);
-            Verdict::Fail
+            Decision::Now(Verdict::Fail)
         }
+        Mode::Pause => Decision::Pause,
     }
 }
 

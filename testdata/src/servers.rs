@@ -196,3 +196,20 @@ fn unique_temp_dir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create a temporary directory");
     dir
 }
+
+/// Creates the bucket (S3) or container (Azure) of `url` (`s3://name/`, `az://name/`)
+/// on the server at `endpoint`, through the Python readers.
+pub fn create_bucket(endpoint: &str, url: &str) {
+    let empty = unique_temp_dir("empty");
+    let out = Command::new(python())
+        .arg(repo_root().join("testdata/py/readers.py"))
+        .args(["put", endpoint, empty.to_str().expect("utf-8 path"), url])
+        .output()
+        .expect("run the Python readers");
+    let _ = std::fs::remove_dir(&empty);
+    assert!(
+        out.status.success(),
+        "creating {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

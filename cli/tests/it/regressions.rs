@@ -119,13 +119,17 @@ fn a_target_that_is_not_a_table_is_refused_and_nothing_under_it_changes() {
     }
 }
 
-/// A table of dimension rows, partitioned by country: merged by `merge.rs`'s job, and
-/// replaced country by country by a job reading `people.csv`.
-fn people_jobs(lake: &Lake) -> (String, String) {
-    let merge = lake.job("dim", &crate::merge::job("\"country\""));
+/// A table of dimension rows at `target`, partitioned by country: merged by
+/// `merge.rs`'s job, and replaced country by country by a job reading `people.csv`.
+fn people_jobs(lake: &Lake, target: &str) -> (String, String) {
+    let merge = lake.job(
+        "dim",
+        &crate::merge::job("\"country\"").replace("out/dim_customers", target),
+    );
     let replace = lake.job(
         "people",
-        r#"
+        &format!(
+            r#"
 name = "people"
 [sources.people]
 path = "people.csv"
@@ -133,9 +137,10 @@ format = "csv"
 [transform]
 sql = "select customer_id, email, country, cast(signup_date as date) as signup_date from people"
 [target]
-path = "out/dim_customers"
+path = "{target}"
 partition_by = ["country"]
-"#,
+"#
+        ),
     );
     std::fs::write(
         lake.join("people.csv"),
@@ -147,101 +152,368 @@ partition_by = ["country"]
     (merge, replace)
 }
 
-/// The table's rows as the independent readers see them.
-fn rows(lake: &Lake, table: &str) -> serde_json::Value {
-    readers(&["table", lake.join(table).to_str().unwrap()])
+/// A people table of `backend`: its target, and the environment its runs need.
+fn people_target(backend: Backend) -> (String, Vec<(&'static str, String)>) {
+    if backend == Backend::Local {
+        return ("out/dim_customers".into(), Vec::new());
+    }
+    let b = bucket("people");
+    let root = format!("{}://{b}/", backend.scheme());
+    idem_testdata::servers::create_bucket(backend.endpoint(), &root);
+    (format!("{root}dim_customers"), backend.env())
+}
+
+/// The rows of the table at `target` as the independent readers see them (an object
+/// store's table downloaded first).
+fn rows_at(lake: &Lake, backend: Backend, target: &str) -> serde_json::Value {
+    if backend == Backend::Local {
+        return readers(&["table", lake.join(target).to_str().unwrap()]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().to_str().unwrap();
+    readers(&["get", backend.endpoint(), &format!("{target}/"), table]);
+    readers(&["table", table])
 }
 
 /// Class 2: a merge that read the table, then waited while a replace run of the same
 /// table published, must not publish "the table it read + its changes" over the
 /// replace: the end state is one of the two serial orders (here: the merge computed
-/// again on top of the replace).
+/// again on top of the replace). The merge waits either after listing the table's
+/// files (the replace's apply then removes files it is about to read: on an object
+/// store, a 404 that must not fail it) or with its result staged.
 #[test]
 fn a_merge_and_a_replace_run_of_one_table_end_in_a_serial_order() {
-    let lake = Lake::new();
-    let (merge, replace) = people_jobs(&lake);
-    let base = crate::merge::base(&lake);
-    let run = |job: &str, src: &str| {
-        let out = idem_in(
-            lake.path(),
-            &["run", job, "--date", "2026-06-01"],
-            &[("SRC", src)],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&merge, &base);
-    // Changes that update US rows (and keep them in US).
-    let ch = crate::merge::changes(&lake, "ch", &[1, 3, 5, 7, 9, 11], &[9001], "US");
+    for backend in [Backend::Local, Backend::S3] {
+        for point in ["merge_read", "before_publish"] {
+            merge_against_replace(backend, point);
+        }
+    }
+}
 
-    // The two serial orders, each from a fresh copy of the table.
+/// Runs `job` of `lake` for 2026-06-01 with `$SRC` set to `src` and `env`; it must
+/// succeed (`case` says which case failed).
+fn run_people(lake: &Lake, env: &[(&'static str, String)], job: &str, src: &str, case: &str) {
+    let mut vars: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    vars.push(("SRC", src));
+    let out = idem_in(lake.path(), &["run", job, "--date", "2026-06-01"], &vars);
+    assert!(
+        out.status.success(),
+        "{case}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The people table of `backend` after its two serial orders (merge of the changes
+/// `ch` of `lake`, replace): (merge first, replace first).
+fn people_serial_orders(lake: &Lake, backend: Backend) -> (serde_json::Value, serde_json::Value) {
     let serial = |first_merge: bool| {
         let other = Lake::new();
-        let (m, r) = people_jobs(&other);
+        let (target, env) = people_target(backend);
+        let (m, r) = people_jobs(&other, &target);
         let base = crate::merge::base(&other);
         let ch = other.join("ch.csv");
         std::fs::copy(lake.join("ch.csv"), &ch).unwrap();
-        let go = |job: &str, src: &str| {
-            let out = idem_in(
-                other.path(),
-                &["run", job, "--date", "2026-06-01"],
-                &[("SRC", src)],
-            );
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        go(&m, &base);
+        let run = |job: &str, src: &str| run_people(&other, &env, job, src, "serial order");
+        run(&m, &base);
         if first_merge {
-            go(&m, ch.to_str().unwrap());
-            go(&r, "");
+            run(&m, ch.to_str().unwrap());
+            run(&r, "");
         } else {
-            go(&r, "");
-            go(&m, ch.to_str().unwrap());
+            run(&r, "");
+            run(&m, ch.to_str().unwrap());
         }
-        rows(&other, "out/dim_customers")
+        rows_at(&other, backend, &target)
     };
-    let (merge_first, replace_first) = (serial(true), serial(false));
-    assert_ne!(merge_first, replace_first);
+    let orders = (serial(true), serial(false));
+    assert_ne!(orders.0, orders.1);
+    orders
+}
 
-    // The merge reads the table and stages its result, then waits before publishing.
+/// The changes the people merge applies: updates of US rows (kept in US), a new key.
+fn people_changes(lake: &Lake) -> String {
+    crate::merge::changes(lake, "ch", &[1, 3, 5, 7, 9, 11], &[9001], "US")
+}
+
+fn merge_against_replace(backend: Backend, point: &str) {
+    let case = format!("{backend:?}, the merge paused at {point}");
+    let lake = Lake::new();
+    let (target, env) = people_target(backend);
+    let (merge, replace) = people_jobs(&lake, &target);
+    run_people(&lake, &env, &merge, &crate::merge::base(&lake), &case);
+    let ch = people_changes(&lake);
+    let (merge_first, replace_first) = people_serial_orders(&lake, backend);
+
+    // The merge reads the table, then waits at `point`.
     let hooks = tempfile::tempdir().unwrap();
     let merging = Command::new(bin())
         .args(["run", &merge, "--date", "2026-06-01"])
         .current_dir(lake.path())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env("SRC", &ch)
         .env(
             "IDEM_FAILPOINTS",
-            format!("before_publish=pause:{}", hooks.path().display()),
+            format!("{point}=pause:{}", hooks.path().display()),
         )
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for(&hooks.path().join("before_publish.paused"));
+    wait_for(&hooks.path().join(format!("{point}.paused")));
     // The replace run publishes meanwhile.
-    run(&replace, "");
-    std::fs::write(hooks.path().join("before_publish.resume"), "").unwrap();
+    run_people(&lake, &env, &replace, "", &case);
+    std::fs::write(hooks.path().join(format!("{point}.resume")), "").unwrap();
     let out = merging.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{case}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let end = rows_at(&lake, backend, &target);
+    assert!(
+        end == merge_first || end == replace_first,
+        "{case}: the table matches no serial order of the merge and the replace"
+    );
+    assert_eq!(
+        end, replace_first,
+        "{case}: the merge was computed again on the replace"
+    );
+}
+
+/// Found by the schedule search on S3: a merge read a file of the table (its footer),
+/// a replace run's apply then removed it, and the merge's next read of it failed with
+/// the store's "not found" instead of the merge being computed again. Here the merge
+/// stops at each call on the live file of the partition the replace rewrites in turn
+/// (`IDEM_FAULTS=pause@N:<key>`: its listing, footer and data reads, the checks after,
+/// its apply), the replace publishes there, and the merge must land on top of it; or,
+/// where the merge holds the table's publish lock, the replace must wait for it
+/// (found here: a lease refreshed with equal content kept its ETag, and a waiter took
+/// the lock of a live holder after three heartbeats).
+#[test]
+fn a_merge_whose_read_of_a_file_races_its_removal_is_computed_again() {
+    let backend = Backend::S3;
+    let lake = Lake::new();
+    let ch = people_changes(&lake);
+    let (merge_first, replace_first) = people_serial_orders(&lake, backend);
+    let mut recomputed = 0;
+    let mut waited_out = false;
+    for n in 1.. {
+        let case = format!("the merge paused at its call {n} on the live US file");
+        let (target, env) = people_target(backend);
+        let (merge, replace) = people_jobs(&lake, &target);
+        run_people(&lake, &env, &merge, &crate::merge::base(&lake), &case);
+        let hooks = tempfile::tempdir().unwrap();
+        let mut merging = Command::new(bin())
+            .args(["run", &merge, "--date", "2026-06-01"])
+            .current_dir(lake.path())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("SRC", &ch)
+            .env(
+                "IDEM_FAULTS",
+                format!("pause@{n}:dim_customers/country=US/part-"),
+            )
+            .env("IDEM_FAULTS_DIR", hooks.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let flag = hooks.path().join("fault.paused");
+        let reached = loop {
+            if flag.exists() {
+                break true;
+            }
+            if merging.try_wait().unwrap().is_some() {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if reached {
+            let root = format!("{}/", target.rsplit_once('/').unwrap().0);
+            let keys = readers(&["list", backend.endpoint(), &root]).to_string();
+            if keys.contains("/publish.lock\"") {
+                // The merge is publishing: the replace waits for it, however long it
+                // takes, as long as the merge's lease is refreshed (once, for more than
+                // three heartbeats).
+                let mut vars = env.clone();
+                vars.push(("SRC", String::new()));
+                let mut replacing = Command::new(bin())
+                    .args(["run", &replace, "--date", "2026-06-01"])
+                    .current_dir(lake.path())
+                    .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                if !waited_out {
+                    std::thread::sleep(Duration::from_secs(35));
+                    assert!(
+                        replacing.try_wait().unwrap().is_none(),
+                        "{case}: the replace took the publish lock of a live merge"
+                    );
+                    waited_out = true;
+                }
+                std::fs::write(hooks.path().join("fault.resume"), "").unwrap();
+                let out = replacing.wait_with_output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "{case}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            } else {
+                run_people(&lake, &env, &replace, "", &case);
+                std::fs::write(hooks.path().join("fault.resume"), "").unwrap();
+            }
+        }
+        let out = merging.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{case} ({}): {}",
+            std::fs::read_to_string(&flag).unwrap_or_default(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !reached {
+            break;
+        }
+        // Paused before its commit, the merge is computed again on the replace; paused
+        // after it (its apply, its checks), it landed first.
+        let end = rows_at(&lake, backend, &target);
+        let at = std::fs::read_to_string(&flag).unwrap_or_default();
+        assert!(
+            end == merge_first || end == replace_first,
+            "{case} ({at}): the table matches no serial order of the merge and the replace"
+        );
+        eprintln!(
+            "{n} {at}: {}",
+            if end == replace_first {
+                "replace first"
+            } else {
+                "merge first"
+            }
+        );
+        recomputed += usize::from(end == replace_first);
+    }
+    assert!(
+        recomputed >= 3,
+        "only {recomputed} pauses before the merge's commit: the search missed the reads"
+    );
+    assert!(waited_out, "no pause while the merge held the publish lock");
+}
+
+/// Found by the schedule search on S3: a job reading an idem table on an object store
+/// read a partition's marker while its apply was under way, so it read a file from
+/// the writer's staging; the writer finished and removed its staging, and the reading
+/// job failed ("No files found … Cannot infer schema") instead of reading the marker
+/// again. Here the reader stops at its first call on the writer's staging
+/// (`IDEM_FAULTS=pause@1:<staging>`) while the writer is paused right after its
+/// commit; the writer finishes; the reader must then read the new version.
+#[test]
+fn a_job_reading_an_object_store_table_reads_it_again_when_an_apply_finishes_under_it() {
+    let lake = Lake::new();
+    let (target, env) = people_target(Backend::S3);
+    let upstream = lake.job(
+        "upstream",
+        &format!(
+            r#"
+name = "upstream"
+[sources.orders]
+path = "orders.csv"
+format = "csv"
+[transform]
+sql = "select order_id, amount_usd, cast(dt as date) as dt from orders"
+[target]
+path = "{target}"
+partition_by = ["dt"]
+"#
+        ),
+    );
+    let copy = lake.job(
+        "copy",
+        &format!(
+            r#"
+name = "copy"
+[sources.t]
+path = "{target}/"
+[transform]
+sql = "select order_id, amount_usd from t"
+[target]
+path = "out/copy"
+"#
+        ),
+    );
+    // Version `v` of the orders of 2026-06-01.
+    let orders = |v: u32| {
+        let mut csv = String::from("order_id,amount_usd,dt\n");
+        for id in 1..=50 {
+            csv.push_str(&format!("{id},{}.25,2026-06-01\n", id * 10 + v));
+        }
+        std::fs::write(lake.join("orders.csv"), csv).unwrap();
+    };
+    let vars: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    orders(0);
+    let out = idem_in(
+        lake.path(),
+        &["run", &upstream, "--date", "2026-06-01"],
+        &vars,
+    );
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let end = rows(&lake, "out/dim_customers");
+    orders(1);
+
+    // The writer of a new version stops right after its commit, before its apply.
+    let writer_hooks = tempfile::tempdir().unwrap();
+    let writer = Command::new(bin())
+        .args(["run", &upstream, "--date", "2026-06-01"])
+        .current_dir(lake.path())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env(
+            "IDEM_FAILPOINTS",
+            format!("after_swap=pause:{}", writer_hooks.path().display()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&writer_hooks.path().join("after_swap.paused"));
+    // The reader stops at its first call on the writer's staging.
+    let reader_hooks = tempfile::tempdir().unwrap();
+    let reader = Command::new(bin())
+        .args(["run", &copy, "--date", "2026-06-01"])
+        .current_dir(lake.path())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("IDEM_FAULTS", "pause@1:/staging/")
+        .env("IDEM_FAULTS_DIR", reader_hooks.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&reader_hooks.path().join("fault.paused"));
+    // The writer finishes (its apply, then its staging removed); then the reader goes on.
+    std::fs::write(writer_hooks.path().join("after_swap.resume"), "").unwrap();
+    let out = writer.wait_with_output().unwrap();
     assert!(
-        end == merge_first || end == replace_first,
-        "the table matches no serial order of the merge and the replace"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(
-        end, replace_first,
-        "the merge was computed again on the replace"
+    std::fs::write(reader_hooks.path().join("fault.resume"), "").unwrap();
+    let out = reader.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the reading job failed: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    // It read the new version.
+    let pairs = |rows: serde_json::Value| -> std::collections::BTreeSet<(String, String)> {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["order_id"].to_string(), r["amount_usd"].to_string()))
+            .collect()
+    };
+    let copied = pairs(readers(&["table", lake.join("out/copy").to_str().unwrap()]));
+    assert_eq!(copied, pairs(rows_at(&lake, Backend::S3, &target)));
 }
 
 fn wait_for(flag: &Path) {
@@ -389,34 +661,12 @@ fn an_hourly_table_on_an_object_store_is_escaped_once_and_found_again() {
     for backend in [Backend::S3, Backend::Azure] {
         let lake = Lake::new();
         let b = bucket("hourly");
-        let empty = tempfile::tempdir().unwrap();
-        readers(&[
-            "put",
+        idem_testdata::servers::create_bucket(
             backend.endpoint(),
-            empty.path().to_str().unwrap(),
             &format!("{}://{b}/", backend.scheme()),
-        ]);
-        let target = format!("{}://{b}/lake/hourly", backend.scheme());
-        let job = lake.job(
-            "hourly",
-            &format!(
-                r#"
-name = "hourly"
-[sources.orders]
-path = "testdata/lake/raw/orders/"
-[transform]
-sql = """
-select order_id, amount_usd, date_trunc('hour', created_at) as hour
-from orders
-where created_at >= $run_start and created_at < $run_end
-"""
-[target]
-path = "{target}"
-partition_by = ["hour"]
-grain = "hour"
-"#
-            ),
         );
+        let target = format!("{}://{b}/lake/hourly", backend.scheme());
+        let job = lake.job("hourly", &crate::run::hourly_job(&target));
         let env = backend.env();
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let run = || {

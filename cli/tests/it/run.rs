@@ -224,11 +224,10 @@ partition_by = ["dt", "status"]
     assert!(actions(&again).iter().all(|(_, a)| a == "unchanged"));
 }
 
-#[test]
-fn hourly_job_owns_its_hour() {
-    let lake = Lake::new();
-    let job = lake.job(
-        "hourly",
+/// An hourly job over the sample orders, partitioned by the hour (a TIMESTAMP),
+/// writing to `target`.
+pub fn hourly_job(target: &str) -> String {
+    format!(
         r#"
 name = "hourly"
 [sources.orders]
@@ -240,11 +239,17 @@ from orders
 where created_at >= $run_start and created_at < $run_end
 """
 [target]
-path = "out/hourly"
+path = "{target}"
 partition_by = ["hour"]
 grain = "hour"
-"#,
-    );
+"#
+    )
+}
+
+#[test]
+fn hourly_job_owns_its_hour() {
+    let lake = Lake::new();
+    let job = lake.job("hourly", &hourly_job("out/hourly"));
     let report = lake.idem_ok(&["run", &job, "--date", "2026-06-02T05", "--json"]);
     assert_eq!(
         actions(&report),

@@ -89,6 +89,11 @@ struct Lease {
     process: u64,
     #[serde(default)]
     holder: u64,
+    /// How many times the lease was refreshed: each refresh writes new content, so its
+    /// ETag changes (a store's ETag of equal content is equal) and a waiter that sees
+    /// the lease unchanged for three heartbeats knows the holder stopped refreshing.
+    #[serde(default)]
+    beat: u64,
 }
 
 fn hostname() -> String {
@@ -160,9 +165,21 @@ fn lease_body() -> (Vec<u8>, Holder) {
         start: start_time(pid).unwrap_or(0),
         process: process_token(),
         holder,
+        beat: 0,
     })
     .expect("lease serializes");
     (body, Holder(holder))
+}
+
+/// The lease `body` refreshed once more (its `beat` counted up).
+fn next_beat(body: &[u8]) -> Vec<u8> {
+    match serde_json::from_slice::<Lease>(body) {
+        Ok(mut lease) => {
+            lease.beat += 1;
+            serde_json::to_vec(&lease).expect("lease serializes")
+        }
+        Err(_) => body.to_vec(),
+    }
 }
 
 /// Whether the lease `bytes`, last written at `modified` by the store's clock, belongs
@@ -663,7 +680,8 @@ impl ObjectTable {
     async fn acquire(&self, name: &str, body: &[u8]) -> Result<UpdateVersion> {
         let key = raw_key(format!("{}/{name}", self.meta));
         let started = std::time::Instant::now();
-        let mut seen: Option<(Option<String>, std::time::Instant)> = None;
+        type Stamp = (Option<String>, chrono::DateTime<chrono::Utc>);
+        let mut seen: Option<(Stamp, std::time::Instant)> = None;
         loop {
             let create = PutOptions::from(PutMode::Create);
             match self
@@ -678,10 +696,11 @@ impl ObjectTable {
             let Some((meta, holder)) = self.read("read the lock", &key).await? else {
                 continue;
             };
+            let stamp = (meta.e_tag.clone(), meta.last_modified);
             let unchanged_for = match &seen {
-                Some((tag, since)) if *tag == meta.e_tag => since.elapsed(),
+                Some((seen_stamp, since)) if *seen_stamp == stamp => since.elapsed(),
                 _ => {
-                    seen = Some((meta.e_tag.clone(), std::time::Instant::now()));
+                    seen = Some((stamp, std::time::Instant::now()));
                     std::time::Duration::ZERO
                 }
             };
@@ -777,6 +796,7 @@ impl ObjectTable {
             .name("idem-lease".into())
             .spawn(move || {
                 let mut version = Some(version);
+                let mut body = body;
                 // Refresh until the guard is dropped (the sender closes), then remove.
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     rx.recv_timeout(HEARTBEAT)
@@ -784,15 +804,19 @@ impl ObjectTable {
                     let Some(current) = version.clone() else {
                         continue; // taken over: nothing more to refresh
                     };
+                    let next = next_beat(&body);
                     let put = table.block(async {
                         let update = PutOptions::from(PutMode::Update(current));
                         table
                             .store
-                            .put_opts(&key, PutPayload::from(body.clone()), update)
+                            .put_opts(&key, PutPayload::from(next.clone()), update)
                             .await
                     });
                     match put {
-                        Ok(r) => version = Some(version_of(&r)),
+                        Ok(r) => {
+                            version = Some(version_of(&r));
+                            body = next;
+                        }
                         Err(
                             object_store::Error::Precondition { .. }
                             | object_store::Error::NotFound { .. },
@@ -1695,6 +1719,7 @@ mod tests {
             start,
             process,
             holder,
+            beat: 0,
         })
         .unwrap()
     }

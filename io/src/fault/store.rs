@@ -14,7 +14,7 @@ use object_store::{
     ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 
-use super::{Verdict, point, store_error};
+use super::{Verdict, point, point_async, store_error};
 
 /// Wraps a store (and its multipart interface) with fault points.
 pub struct FaultStore {
@@ -55,7 +55,7 @@ async fn write<T>(
     target: &Path,
     call: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
-    match point(op, target) {
+    match point_async(op, target).await {
         Verdict::Proceed => call.await,
         Verdict::Fail => Err(store_error(op, target)),
         Verdict::Lose => {
@@ -71,7 +71,7 @@ async fn read<T>(
     target: &Path,
     call: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
-    match point(op, target) {
+    match point_async(op, target).await {
         Verdict::Proceed => call.await,
         Verdict::Fail | Verdict::Lose => Err(store_error(op, target)),
     }
@@ -128,7 +128,7 @@ impl ObjectStore for FaultStore {
                             Err(store_error("delete", &"(no answer)".to_string()))
                         })
                     };
-                    match point("delete", &location) {
+                    match point_async("delete", &location).await {
                         Verdict::Proceed => one(location).await,
                         Verdict::Fail => Err(store_error("delete", &location)),
                         Verdict::Lose => {
