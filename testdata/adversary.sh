@@ -2,6 +2,7 @@
 # Runs idem's adversarial searches longer than CI does (see docs/adversary.md).
 #
 #   testdata/adversary.sh schedules N [SEED]   N random schedules of concurrent writers
+#   testdata/adversary.sh s3-schedules N [SEED]   the same on S3 (moto)
 #   testdata/adversary.sh faults               every fault scenario on every backend
 #   testdata/adversary.sh kills N              N random SIGKILLs per backend
 #
@@ -13,7 +14,11 @@ what=${1:-}
 case "$what" in
   schedules)
     export IDEM_SCHEDULES="${2:-1000}" IDEM_SCHEDULE_SEED="${3:-1}"
-    exec cargo test --workspace --test it schedules:: -- --nocapture
+    exec cargo test --workspace --test it schedules::random_schedules_of_concurrent -- --nocapture
+    ;;
+  s3-schedules)
+    export IDEM_S3_SCHEDULES="${2:-200}" IDEM_SCHEDULE_SEED="${3:-1}"
+    exec cargo test --workspace --test it schedules::random_schedules_on_an_object_store -- --nocapture
     ;;
   faults)
     export IDEM_ADVERSARY_FULL=1
@@ -24,7 +29,7 @@ case "$what" in
     exec cargo test --workspace --test it sigkill_at_random_moments -- --nocapture
     ;;
   *)
-    sed -n '2,9p' "$0" >&2
+    sed -n '2,10p' "$0" >&2
     exit 2
     ;;
 esac

@@ -99,13 +99,10 @@ impl Table {
         let lake = Lake::new();
         let bucket = bucket(tag);
         if backend != Backend::Local {
-            let empty = tempfile::tempdir().unwrap();
-            readers(&[
-                "put",
+            idem_testdata::servers::create_bucket(
                 backend.endpoint(),
-                empty.path().to_str().unwrap(),
                 &format!("{}://{bucket}/", backend.scheme()),
-            ]);
+            );
         }
         let target = |name: &str| match backend {
             Backend::Local => format!("out/{name}"),

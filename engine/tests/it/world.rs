@@ -310,21 +310,9 @@ fn moto_bucket() -> &'static str {
     static BUCKET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BUCKET.get_or_init(|| {
         let name = format!("idem-faults-{}", std::process::id());
-        let empty = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new(idem_testdata::servers::python())
-            .arg(idem_testdata::servers::repo_root().join("testdata/py/readers.py"))
-            .args([
-                "put",
-                idem_testdata::servers::s3_endpoint(),
-                empty.path().to_str().unwrap(),
-                &format!("s3://{name}/"),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        idem_testdata::servers::create_bucket(
+            idem_testdata::servers::s3_endpoint(),
+            &format!("s3://{name}/"),
         );
         name
     })

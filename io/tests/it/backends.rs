@@ -58,22 +58,7 @@ fn bucket(scheme: &str, endpoint: &str) -> String {
     let name = format!("idem-conformance-{}", std::process::id());
     let mut made = MADE.lock().unwrap();
     if !made.contains(&format!("{scheme}{name}")) {
-        let empty = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new(idem_testdata::servers::python())
-            .arg(idem_testdata::servers::repo_root().join("testdata/py/readers.py"))
-            .args([
-                "put",
-                endpoint,
-                empty.path().to_str().unwrap(),
-                &format!("{scheme}://{name}/"),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        idem_testdata::servers::create_bucket(endpoint, &format!("{scheme}://{name}/"));
         made.push(format!("{scheme}{name}"));
     }
     name
