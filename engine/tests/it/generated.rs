@@ -180,6 +180,11 @@ proptest! {
             prop_assert_eq!(tree(&w.dir.path().join("t")), before);
             return Ok(());
         };
+        // A mutation of the target's path may name a folder outside this test's own
+        // (relative to the working directory): not run.
+        if !job.target.path.starts_with(w.dir.path()) {
+            return Ok(());
+        }
         let opts = RunOptions { date: "2026-06-02".into(), ..Default::default() };
         let result = World::runtime().block_on(idem_engine::run::run(&job, &opts, Arc::new(Quiet)));
         if let Err(e) = result {
