@@ -56,10 +56,7 @@ impl ReadFiles {
 
 /// The first file the run read by name that is gone now, if any.
 pub fn missing_read_file(ctx: &SessionContext, job: &Job) -> Option<String> {
-    let files = ctx
-        .state()
-        .config()
-        .get_extension::<ReadFiles>()
+    let files = ReadFiles::of(ctx)
         .map(|r| r.0.lock().expect("not poisoned").clone())
         .unwrap_or_default();
     files.into_iter().find(|f| {
@@ -344,7 +341,7 @@ pub(crate) async fn partition_files_frame(
             Some(schema) => ParquetReadOptions::default().schema(schema),
             None => ParquetReadOptions::default(),
         };
-        if let Some(read) = ctx.state().config().get_extension::<ReadFiles>() {
+        if let Some(read) = ReadFiles::of(ctx) {
             read.0
                 .lock()
                 .expect("not poisoned")
