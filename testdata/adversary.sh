@@ -3,7 +3,7 @@
 #
 #   testdata/adversary.sh schedules N [SEED]   N random schedules of concurrent writers
 #   testdata/adversary.sh s3-schedules N [SEED]   the same on S3 (moto)
-#   testdata/adversary.sh faults               every fault scenario on every backend
+#   testdata/adversary.sh faults               the fault search alone (as in CI)
 #   testdata/adversary.sh kills N              N random SIGKILLs per backend
 #
 # Needs what `cargo test --workspace` needs (Python readers, moto, Azurite: installed
@@ -21,7 +21,6 @@ case "$what" in
     exec cargo test --workspace --test it schedules::random_schedules_on_an_object_store -- --nocapture
     ;;
   faults)
-    export IDEM_ADVERSARY_FULL=1
     exec cargo test --workspace --test it faults:: -- --nocapture --test-threads=1
     ;;
   kills)

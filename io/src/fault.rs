@@ -7,8 +7,9 @@
 //! one of them:
 //!
 //! * `fail@N`: call N fails before it has any effect (an I/O error, a refused request);
-//! * `lose@N`: call N takes effect, then reports failure (a write whose response is
-//!   lost; for a read, the same as `fail`);
+//! * `lose@N`: the N-th call that changes storage (a put, copy, delete, rename, write,
+//!   …) takes effect, then reports failure: a write whose answer is lost. Reads are not
+//!   counted, as a lost read is a failed one;
 //! * `crash@N`: the process dies at call N. In a test process (armed through [`arm`])
 //!   the process cannot die, so from call N on every call fails without effect: what
 //!   the dead process did is exactly calls 1 … N−1, and nothing it does afterwards
@@ -81,14 +82,17 @@ struct Plan {
 
 static ARMED: AtomicBool = AtomicBool::new(false);
 static CALLS: AtomicU64 = AtomicU64::new(0);
+static WRITES: AtomicU64 = AtomicU64::new(0);
 static DEAD: AtomicBool = AtomicBool::new(false);
 static HIT: AtomicBool = AtomicBool::new(false);
 static PLAN: Mutex<Option<Plan>> = Mutex::new(None);
 
-/// How many calls were counted since the plan was armed, and whether its fault fired.
+/// How many calls (and of them, calls that change storage) were counted since the
+/// plan was armed, and whether its fault fired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stats {
     pub calls: u64,
+    pub writes: u64,
     pub fired: bool,
 }
 
@@ -165,6 +169,7 @@ fn set(plan: Plan) {
     let mut current = PLAN.lock().expect("not poisoned");
     *current = Some(plan);
     CALLS.store(0, Ordering::SeqCst);
+    WRITES.store(0, Ordering::SeqCst);
     DEAD.store(false, Ordering::SeqCst);
     HIT.store(false, Ordering::SeqCst);
     ARMED.store(true, Ordering::SeqCst);
@@ -182,6 +187,7 @@ pub fn disarm() -> Stats {
 pub fn stats() -> Stats {
     Stats {
         calls: CALLS.load(Ordering::SeqCst),
+        writes: WRITES.load(Ordering::SeqCst),
         fired: HIT.load(Ordering::SeqCst),
     }
 }
@@ -249,10 +255,22 @@ fn decide(op: &str, target: &dyn std::fmt::Display) -> Decision {
         return Decision::Now(Verdict::Fail);
     }
     let n = CALLS.fetch_add(1, Ordering::SeqCst) + 1;
+    let write = changes_storage(op);
+    let w = if write {
+        WRITES.fetch_add(1, Ordering::SeqCst) + 1
+    } else {
+        0
+    };
     let Some((mode, at)) = plan.fault else {
         return Decision::Now(Verdict::Proceed);
     };
-    if n != at {
+    // A lost answer is counted among the calls that change storage only.
+    let (n, counted) = if mode == Mode::Lose {
+        (w, write)
+    } else {
+        (n, true)
+    };
+    if !counted || n != at {
         return Decision::Now(Verdict::Proceed);
     }
     HIT.store(true, Ordering::SeqCst);
@@ -273,6 +291,15 @@ fn decide(op: &str, target: &dyn std::fmt::Display) -> Decision {
         }
         Mode::Pause => Decision::Pause,
     }
+}
+
+/// Whether `op` (as [`point`] names it) can change storage: for any other call a lost
+/// answer is a failed call.
+fn changes_storage(op: &str) -> bool {
+    !matches!(
+        op,
+        "get" | "head" | "list" | "stat" | "open" | "read" | "lock"
+    )
 }
 
 /// The error an injected filesystem fault gives.

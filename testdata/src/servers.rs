@@ -79,8 +79,9 @@ pub fn s3_endpoint() -> &'static str {
         if let Ok(e) = std::env::var("IDEM_S3_ENDPOINT") {
             return e;
         }
-        let server = python().parent().unwrap().join("moto_server");
-        let port = serve(&server, "-H 127.0.0.1 -p {port}", "moto_server", None);
+        let script = repo_root().join("testdata/py/s3_server.py");
+        let args = format!("'{}' 127.0.0.1 {{port}}", script.display());
+        let port = serve(python(), &args, "the S3 server (moto)", None);
         format!("http://127.0.0.1:{port}")
     })
 }
@@ -184,6 +185,29 @@ pub fn az_env() -> Vec<(&'static str, String)> {
     ]
 }
 
+/// `PUT /name` on the test S3 server (it takes unsigned requests): a bucket in a few
+/// milliseconds, where a Python client takes a second to start.
+fn create_s3_bucket(endpoint: &str, name: &str) {
+    use std::io::{Read, Write};
+    let host = endpoint
+        .strip_prefix("http://")
+        .expect("the test S3 server speaks plain HTTP");
+    let mut s = std::net::TcpStream::connect(host).expect("connect to the test S3 server");
+    write!(
+        s,
+        "PUT /{name} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send to the test S3 server");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)
+        .expect("read the test S3 server's answer");
+    let status = answer.lines().next().unwrap_or_default();
+    assert!(
+        status.contains(" 200 ") || answer.contains("BucketAlreadyOwnedByYou"),
+        "creating bucket {name} on {endpoint}: {answer}"
+    );
+}
+
 /// A new directory under the system's temporary directory.
 fn unique_temp_dir(tag: &str) -> PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -198,8 +222,12 @@ fn unique_temp_dir(tag: &str) -> PathBuf {
 }
 
 /// Creates the bucket (S3) or container (Azure) of `url` (`s3://name/`, `az://name/`)
-/// on the server at `endpoint`, through the Python readers.
+/// on the server at `endpoint`: on the test S3 server with one request, on Azurite
+/// through the Python readers.
 pub fn create_bucket(endpoint: &str, url: &str) {
+    if let Some(name) = url.strip_prefix("s3://") {
+        return create_s3_bucket(endpoint, name.trim_end_matches('/'));
+    }
     let empty = unique_temp_dir("empty");
     let out = Command::new(python())
         .arg(repo_root().join("testdata/py/readers.py"))

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use idem_engine::job::Job;
 use idem_engine::run::{Quiet, RunOptions};
+use object_store::ObjectStoreExt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -67,6 +68,12 @@ pub struct World {
     storage: String,
 }
 
+/// A world's table, to start others from: its token and its objects (key, bytes).
+pub struct Snapshot {
+    token: String,
+    objects: Vec<(String, Vec<u8>)>,
+}
+
 /// partition → digest.
 pub type Digests = BTreeMap<String, String>;
 
@@ -85,8 +92,11 @@ impl World {
             Backend::Memory => (format!("memory://faults/{token}/t"), String::new()),
             Backend::Moto => {
                 let endpoint = idem_testdata::servers::s3_endpoint();
+                // A bucket of its own: the server lists a prefix by scanning its
+                // bucket's keys, so a shared bucket slows every list of the search.
+                idem_testdata::servers::create_bucket(endpoint, &format!("s3://{token}/"));
                 (
-                    format!("s3://{}/{token}/t", moto_bucket()),
+                    format!("s3://{token}/{token}/t"),
                     format!(
                         "[storage]\nendpoint = \"{endpoint}\"\nallow_http = true\npath_style = true\nregion = \"us-east-1\"\n"
                     ),
@@ -292,6 +302,74 @@ file_size = "1 KiB"
         }
     }
 
+    /// The objects of this world's table (data and `_idem`), to start other worlds
+    /// from its state (object stores only).
+    pub fn snapshot(&self) -> Snapshot {
+        assert!(self.backend.is_object_store());
+        let (store, root) = self.store_root();
+        let objects = Self::runtime().block_on(async {
+            use futures::TryStreamExt;
+            let listed: Vec<_> = store
+                .list(Some(&idem_io::store::raw_key(&root)))
+                .try_collect()
+                .await
+                .unwrap();
+            let mut objects = Vec::new();
+            for o in listed {
+                let bytes = store.get(&o.location).await.unwrap().bytes().await.unwrap();
+                objects.push((o.location.to_string(), bytes.to_vec()));
+            }
+            objects
+        });
+        Snapshot {
+            token: self.token.clone(),
+            objects,
+        }
+    }
+
+    /// Makes this new world's table hold `snapshot`'s objects, with the other world's
+    /// keys made this one's, in object names and in the records that name keys (a
+    /// commit marker names its staging). Paths of the other world's source, recorded
+    /// in manifests as what a run read, are kept. The world's own source is left as
+    /// it is.
+    pub fn restore(&self, snapshot: &Snapshot) {
+        let (store, _) = self.store_root();
+        let (from, to) = (format!("{}/", snapshot.token), format!("{}/", self.token));
+        Self::runtime().block_on(async {
+            for (key, bytes) in &snapshot.objects {
+                let key = key.replace(&from, &to);
+                let bytes = if key.ends_with(".json") {
+                    String::from_utf8(bytes.clone())
+                        .unwrap()
+                        .replace(&from, &to)
+                        .into_bytes()
+                } else {
+                    assert!(
+                        !bytes.windows(from.len()).any(|w| w == from.as_bytes()),
+                        "{key} names a key of its world"
+                    );
+                    bytes.clone()
+                };
+                store
+                    .put(&idem_io::store::raw_key(&key), bytes.into())
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+
+    /// This world's store, and the prefix of its table's keys and `_idem`.
+    fn store_root(&self) -> (Arc<dyn object_store::ObjectStore>, String) {
+        let store = idem_io::store::object_store(&self.target, &self.job_storage()).unwrap();
+        let key = idem_io::store::key_of(&self.target);
+        let root = key
+            .strip_suffix("/t")
+            .expect("the table is `t`")
+            .to_string()
+            + "/";
+        (store, root)
+    }
+
     fn job_storage(&self) -> idem_io::store::StorageOptions {
         match self.backend {
             Backend::Moto => idem_io::store::StorageOptions {
@@ -303,19 +381,6 @@ file_size = "1 KiB"
             _ => Default::default(),
         }
     }
-}
-
-/// The bucket of this process's moto worlds, created once.
-fn moto_bucket() -> &'static str {
-    static BUCKET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BUCKET.get_or_init(|| {
-        let name = format!("idem-faults-{}", std::process::id());
-        idem_testdata::servers::create_bucket(
-            idem_testdata::servers::s3_endpoint(),
-            &format!("s3://{name}/"),
-        );
-        name
-    })
 }
 
 pub fn copy_dir(from: &Path, to: &Path) {
