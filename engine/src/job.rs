@@ -1,6 +1,6 @@
 //! Job files: parsing and validation.
 //!
-//! A job file is TOML (see the README's reference). Unknown keys are errors that name
+//! A job file is TOML (see docs/jobs.md). Unknown keys are errors that name
 //! the key and the file: a misspelt option must never be silently ignored. Relative
 //! paths resolve against the current directory, as in the shell that runs idem;
 //! `${NAME}` in a path is replaced by the environment variable NAME.

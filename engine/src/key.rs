@@ -1,7 +1,7 @@
 //! `idem_key(col, ...)`: a stable surrogate key from natural-key columns.
 //!
 //! The key is xxh3-128 of the canonical, type-aware encoding of the arguments (see
-//! `idem_io::canonical` and the README), as 32 lowercase hex digits. NULL and the
+//! `idem_io::canonical` and docs/format.md), as 32 lowercase hex digits. NULL and the
 //! empty string give different keys; widening an integer column or changing a
 //! timestamp's unit does not change them. Golden tests pin the output: the same values
 //! give the same key in every idem version, so keys can be stored and joined on.

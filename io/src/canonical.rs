@@ -1,6 +1,7 @@
 //! The canonical, type-aware byte encoding of a value, shared by `idem_key` and the
-//! content digest. It is part of idem's on-disk contract (the README, "Content digest and canonical encoding"): changing
-//! it changes every surrogate key and every digest, so golden tests pin it.
+//! content digest. It is part of idem's on-disk contract (docs/format.md, "Content
+//! digest and canonical encoding"): changing it changes every surrogate key and every
+//! digest, so golden tests pin it.
 //!
 //! Each value encodes as one tag byte followed by a payload; every encoding is
 //! self-delimiting, so a sequence of values encodes unambiguously by concatenation.

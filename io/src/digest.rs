@@ -3,7 +3,8 @@
 //! It does not depend on row order, batch boundaries or how rows are split into files,
 //! so two runs that produce the same multiset of rows produce the same digest, and a
 //! run whose digest equals the live partition's leaves it untouched. Specified in
-//! the README, "Content digest and canonical encoding" and pinned by golden tests: it must never change silently.
+//! docs/format.md, "Content digest and canonical encoding", and pinned by golden tests:
+//! it must never change silently.
 //!
 //! For a row `r` with columns `c_0..c_{n-1}` (the partition's data columns in file
 //! order; the partition columns live in the directory name):

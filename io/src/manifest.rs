@@ -32,7 +32,7 @@ pub struct Manifest {
     pub data_bytes: u64,
     pub schema: Vec<ColumnEntry>,
     pub schema_fingerprint: String,
-    /// Content digest of the rows (docs/digest.md).
+    /// Content digest of the rows (docs/format.md, "Content digest and canonical encoding").
     pub digest: String,
     /// 0 for a partition written whole; one more than the previous manifest's for a
     /// merge that keeps some files of the old partition.
