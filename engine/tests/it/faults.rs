@@ -3,9 +3,10 @@
 //! and each backend, storage call N of the scenario fails — before it takes effect,
 //! or as the point where the process dies — or the N-th call that changes storage
 //! takes effect with its answer lost (object stores), for N = 1, 2, … until the
-//! scenario runs through without reaching N. After each fault: every partition is old or new and whole (as `idem status` and
-//! a plain lister see it), and the next clean run leaves the table equal to a run that
-//! saw no fault, with nothing left in staging after `gc`.
+//! scenario runs through without reaching N. After each fault: every partition is old
+//! or new and whole (as `idem status` and a plain lister see it), and the next clean
+//! run leaves the table equal to a run that saw no fault, with nothing left in staging
+//! after `gc`.
 
 use std::sync::Mutex;
 

@@ -94,6 +94,7 @@ impl World {
                 let endpoint = idem_testdata::servers::s3_endpoint();
                 // A bucket of its own: the server lists a prefix by scanning its
                 // bucket's keys, so a shared bucket slows every list of the search.
+                // The keys hold the token too: fault plans are scoped by key.
                 idem_testdata::servers::create_bucket(endpoint, &format!("s3://{token}/"));
                 (
                     format!("s3://{token}/{token}/t"),
@@ -277,10 +278,8 @@ file_size = "1 KiB"
         match self.backend {
             Backend::Local => list(&self.dir.path().join("_idem/t/staging")),
             _ => {
-                let store =
-                    idem_io::store::object_store(&self.target, &self.job_storage()).unwrap();
-                let key = idem_io::store::key_of(&self.target);
-                let meta = key.replace("/t", "/_idem/t/staging");
+                let (store, root) = self.store_root();
+                let meta = format!("{root}_idem/t/staging");
                 let rt = Self::runtime();
                 let mut keys: Vec<String> = rt.block_on(async {
                     use futures::TryStreamExt;
