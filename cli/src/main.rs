@@ -174,11 +174,7 @@ fn main() -> ExitCode {
                 Some(e) => eprintln!("error: {e}"),
                 None => eprintln!("error: {err:#}"),
             }
-            ExitCode::from(match engine {
-                Some(e) if e.is_check_failure() => 3,
-                Some(e) if e.is_bad_input() => 2,
-                _ => 1,
-            })
+            ExitCode::from(engine.map_or(1, idem_engine::Error::exit_code))
         }
     }
 }
@@ -445,9 +441,8 @@ fn backfill_job(
     if args.oldest_first {
         dates.reverse();
     }
-    // Two dates per CPU: one date's serial steps (planning, listing, fsync, publish)
-    // leave its cores idle, and another date fills them (2 CPUs, 4 at once instead of
-    // 2: W2 1.62 → 1.53 s, W3 0.42 → 0.40 s median; more partitions buffered at once).
+    // Two dates per CPU (at most 4): one date's serial steps (planning, listing, fsync,
+    // publish) leave its cores idle, and another date fills them.
     let concurrency = args.concurrency.unwrap_or_else(|| {
         (2 * std::thread::available_parallelism()
             .map(|n| n.get())
@@ -489,15 +484,7 @@ fn backfill_job(
     let code = outcomes
         .iter()
         .filter_map(|o| o.result.as_ref().err())
-        .map(|e| {
-            if e.is_bad_input() {
-                2
-            } else if e.is_check_failure() {
-                3
-            } else {
-                1
-            }
-        })
+        .map(idem_engine::Error::exit_code)
         .max()
         .unwrap_or(if summary.not_run > 0 { 1 } else { 0 });
     Ok(code)

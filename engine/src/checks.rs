@@ -5,8 +5,6 @@
 //! run: the staging area is removed and every live partition is left as it was. The
 //! error names the check and the partition and shows up to five example rows.
 
-use std::collections::BTreeMap;
-
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
@@ -14,74 +12,10 @@ use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
 use datafusion::prelude::{ParquetReadOptions, lit};
 use idem_io::writer::WrittenPartition;
-use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::job::Job;
+use crate::job::{Checks, Job};
 use crate::sql::{first_value, ident, pretty};
-
-/// The `[checks]` table of a job file.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Checks {
-    /// One key (`["a", "b"]`: unique together) or several (`[["a"], ["b", "c"]]`).
-    #[serde(default)]
-    pub unique: Option<UniqueKeys>,
-    #[serde(default)]
-    pub not_null: Vec<String>,
-    /// Per partition, counting partitions the run empties.
-    pub min_rows: Option<u64>,
-    pub max_rows: Option<u64>,
-    /// Column -> the values it may hold (NULL passes; add the column to not_null to
-    /// forbid it).
-    #[serde(default)]
-    pub accepted_values: BTreeMap<String, Vec<toml::Value>>,
-    /// SQL over `output` returning one boolean; anything but true fails.
-    #[serde(default)]
-    pub assert: Vec<String>,
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum UniqueKeys {
-    One(Vec<String>),
-    Many(Vec<Vec<String>>),
-}
-
-impl Checks {
-    pub fn is_empty(&self) -> bool {
-        self.unique.is_none()
-            && self.not_null.is_empty()
-            && self.min_rows.is_none()
-            && self.max_rows.is_none()
-            && self.accepted_values.is_empty()
-            && self.assert.is_empty()
-    }
-
-    fn unique_keys(&self) -> Vec<Vec<String>> {
-        match &self.unique {
-            None => Vec::new(),
-            Some(UniqueKeys::One(k)) if k.is_empty() => Vec::new(),
-            Some(UniqueKeys::One(k)) => vec![k.clone()],
-            Some(UniqueKeys::Many(ks)) => ks.clone(),
-        }
-    }
-
-    /// Columns the checks name, to validate against the output before running.
-    pub fn columns(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
-        for k in self.unique_keys() {
-            out.extend(k.into_iter().map(|c| ("unique", c)));
-        }
-        out.extend(self.not_null.iter().map(|c| ("not_null", c.clone())));
-        out.extend(
-            self.accepted_values
-                .keys()
-                .map(|c| ("accepted_values", c.clone())),
-        );
-        out
-    }
-}
 
 fn failed(job: &Job, check: String, partition: String, details: String) -> Error {
     Error::CheckFailed {
@@ -101,10 +35,7 @@ fn sql_literal(v: &toml::Value) -> String {
 }
 
 async fn rows(ctx: &SessionContext, job: &Job, sql: &str) -> Result<Vec<RecordBatch>> {
-    let exec = |e: datafusion::error::DataFusionError| Error::Execution {
-        path: job.path.clone(),
-        message: format!("running check `{sql}`: {e}"),
-    };
+    let exec = |e| Error::execution(&job.path, format!("running check `{sql}`: "), e);
     ctx.sql(sql)
         .await
         .map_err(exec)?
@@ -124,19 +55,16 @@ async fn register_output(
     output: &SchemaRef,
     staged: &[WrittenPartition],
 ) -> Result<()> {
-    let exec = |e: datafusion::error::DataFusionError| Error::Execution {
-        path: job.path.clone(),
-        message: format!("reading the staged output back for checks: {e}"),
-    };
+    let exec = |e| Error::execution(&job.path, "reading the staged output back for checks: ", e);
     let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
     let mut union: Option<DataFrame> = None;
     for part in staged {
-        let dir = format!("{}/", part.dir.display());
+        let dir = format!("{}/", part.dir().display());
         let mut df = ctx
             .read_parquet(dir, ParquetReadOptions::default())
             .await
             .map_err(exec)?;
-        for (col, value) in part.partition.parts() {
+        for (col, value) in part.partition().parts() {
             let field = output
                 .field_with_name(col)
                 .expect("partition column in output");
@@ -170,14 +98,14 @@ pub async fn run(
         return Ok(());
     }
     for part in staged {
-        let rows = part.manifest.rows;
+        let rows = part.manifest().rows;
         if let Some(min) = checks.min_rows
             && rows < min
         {
             return Err(failed(
                 job,
                 format!("min_rows = {min}"),
-                part.partition.to_string(),
+                part.partition().to_string(),
                 format!("the partition has {rows} rows"),
             ));
         }
@@ -187,7 +115,7 @@ pub async fn run(
             return Err(failed(
                 job,
                 format!("max_rows = {max}"),
-                part.partition.to_string(),
+                part.partition().to_string(),
                 format!("the partition has {rows} rows"),
             ));
         }

@@ -1,6 +1,6 @@
 //! Errors of the engine. Each says which job file, source, key or partition it is
-//! about and, where one helps, ends with a hint. `is_bad_input` separates the user's
-//! mistakes (exit code 2) from failures while running (exit code 1).
+//! about and, where one helps, ends with a hint. [`Error::exit_code`] is the one
+//! mapping from an error to the command's exit code.
 
 use std::path::PathBuf;
 
@@ -65,8 +65,14 @@ pub enum Error {
         message: String,
     },
 
-    #[error("job file {path}: while running the transform: {message}")]
-    Execution { path: PathBuf, message: String },
+    #[error("job file {path}: while running the transform: {context}{source}")]
+    Execution {
+        path: PathBuf,
+        /// What was being done, ending in ": " (or empty).
+        context: String,
+        #[source]
+        source: Box<datafusion::error::DataFusionError>,
+    },
 
     #[error("target {target}: {source}")]
     Storage {
@@ -94,13 +100,66 @@ pub enum Error {
         source: idem_io::Error,
     },
 
-    #[error("table {path}: {message}")]
-    Table { path: PathBuf, message: String },
+    #[error("table {path}: {}", table_problem(source))]
+    Table {
+        path: PathBuf,
+        #[source]
+        source: idem_io::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What is wrong with a table, without repeating its path.
+fn table_problem(e: &idem_io::Error) -> String {
+    match e {
+        idem_io::Error::Missing { .. } => "does not exist".into(),
+        idem_io::Error::NotADirectory { .. } => "is not a directory".into(),
+        e => e.to_string(),
+    }
+}
+
 impl Error {
+    /// DataFusion's error `source` while running job `path`'s transform, doing
+    /// `context` (empty, or ending in ": ").
+    pub(crate) fn execution(
+        path: &std::path::Path,
+        context: impl Into<String>,
+        source: datafusion::error::DataFusionError,
+    ) -> Self {
+        Error::Execution {
+            path: path.to_path_buf(),
+            context: context.into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The first error of type `T` in this error's chain of sources.
+    pub fn find_source<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(self);
+        while let Some(e) = next {
+            if let Some(found) = e.downcast_ref::<T>() {
+                return Some(found);
+            }
+            next = e.source();
+        }
+        None
+    }
+
+    /// The exit code a command that failed with this error ends with: 3 when a check
+    /// on the staged output failed, 2 for bad input (the job file, the arguments, the
+    /// SQL, a determinism or layout check), 1 for a failure while reading, computing
+    /// or writing.
+    pub fn exit_code(&self) -> u8 {
+        if self.is_check_failure() {
+            3
+        } else if self.is_bad_input() {
+            2
+        } else {
+            1
+        }
+    }
+
     /// True when a check on the staged output failed (exit code 3).
     pub fn is_check_failure(&self) -> bool {
         matches!(self, Error::CheckFailed { .. })

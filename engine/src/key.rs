@@ -63,8 +63,11 @@ impl ScalarUDFImpl for IdemKey {
     }
 }
 
-/// Marker in the error a dedupe tie raises, so the engine can report it as bad input.
-pub const DEDUPE_TIE: &str = "dedupe tie";
+/// The error a dedupe tie raises (inside DataFusion's error), so the engine can report
+/// it as bad input.
+#[derive(Debug, thiserror::Error)]
+#[error("dedupe tie: {0}")]
+pub struct DedupeTie(String);
 
 /// `idem_dedupe_unique(ok, key, source, latest_by)`: true where `ok`; an execution error
 /// naming the key where not. Used by deduplicated sources to refuse ties on
@@ -105,14 +108,16 @@ impl ScalarUDFImpl for DedupeUnique {
                 let text = |i: usize| {
                     arrow::util::display::array_value_to_string(&arrays[i], r).unwrap_or_default()
                 };
-                return datafusion::common::exec_err!(
-                    "{DEDUPE_TIE}: source `{}` has several rows for {} with the same newest {}; \
-                     dedupe cannot choose between them (add a tie-breaker to latest_by's data, or \
-                     deduplicate in the SQL)",
-                    text(2),
-                    text(1),
-                    text(3)
-                );
+                return Err(datafusion::error::DataFusionError::External(Box::new(
+                    DedupeTie(format!(
+                        "source `{}` has several rows for {} with the same newest {}; dedupe \
+                         cannot choose between them (add a tie-breaker to latest_by's data, or \
+                         deduplicate in the SQL)",
+                        text(2),
+                        text(1),
+                        text(3)
+                    )),
+                )));
             }
         }
         Ok(ColumnarValue::Array(Arc::clone(&arrays[0])))

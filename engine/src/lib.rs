@@ -7,7 +7,6 @@
 pub mod backfill;
 pub mod checks;
 mod error;
-pub mod freshness;
 pub mod guard;
 pub mod job;
 pub mod key;

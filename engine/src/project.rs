@@ -181,7 +181,7 @@ impl Project {
                         .cloned()
                         .collect();
                     if let Some(changed) =
-                        crate::freshness::first_changed(&recorded, &m.run.sources, &|url| {
+                        crate::run::fresh::first_changed(&recorded, &m.run.sources, &|url| {
                             j.storage_for(url).clone()
                         })
                     {

@@ -261,17 +261,13 @@ async fn register_provider(
 /// its manifest and the URLs of its files), or `None` when it is not an idem table.
 async fn committed_partitions(
     s: &Source,
-) -> idem_io::Result<Option<Vec<(PartitionPath, idem_io::manifest::Manifest, Vec<String>)>>> {
-    let staging = idem_io::store::local_staging_root();
+) -> idem_io::Result<Option<Vec<idem_io::commit::CommittedPartition>>> {
     let (path, storage) = (s.path.clone(), s.storage.clone());
     crate::blocking(move || {
-        let Ok(table) = idem_io::commit::object::ObjectTable::new(&path, &storage, &staging) else {
+        let Ok(table) = idem_io::table::open(&path, &storage) else {
             return Ok(None);
         };
-        if !table.is_idem_table()? {
-            return Ok(None);
-        }
-        table.committed().map(Some)
+        table.committed()
     })
     .await
 }
@@ -464,12 +460,18 @@ pub async fn all_source_files(ctx: &SessionContext, job: &Job) -> Vec<InputFile>
 
 /// The files a physical plan will read (after partition pruning), sorted, with their
 /// sizes and modification times: recorded in the manifest as the run's inputs.
-pub fn inputs_of(plan: &Arc<dyn ExecutionPlan>, job: &Job) -> Vec<InputFile> {
+pub async fn inputs_of(plan: &Arc<dyn ExecutionPlan>, job: &Job) -> Vec<InputFile> {
+    // Reading an input's idem digest may wait for an object store: off the workers.
+    let (plan, job) = (Arc::clone(plan), job.clone());
+    crate::blocking(move || inputs_now(&plan, &job)).await
+}
+
+fn inputs_now(plan: &Arc<dyn ExecutionPlan>, job: &Job) -> Vec<InputFile> {
     let mut out = Vec::new();
     collect_inputs(plan, job, &mut out);
     out.sort();
     out.dedup();
-    idem_io::manifest::record_idem_digests(&mut out, &|url| job.storage_for(url).clone());
+    idem_io::table::record_idem_digests(&mut out, &|url| job.storage_for(url).clone());
     out
 }
 

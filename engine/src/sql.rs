@@ -3,6 +3,14 @@
 
 use arrow::record_batch::RecordBatch;
 
+/// Runs query `q` and collects its rows.
+pub async fn query(
+    ctx: &datafusion::execution::context::SessionContext,
+    q: String,
+) -> datafusion::error::Result<Vec<RecordBatch>> {
+    ctx.sql(&q).await?.collect().await
+}
+
 /// A column name as a quoted SQL identifier.
 pub fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))

@@ -1,10 +1,12 @@
 //! `idem status TABLE`: what the table says about itself. Every fact comes from the
 //! manifests in the partitions' Parquet footers; there is no other state to consult.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
+use idem_io::commit::CommitBackend;
 use idem_io::hive::PartitionPath;
-use idem_io::manifest::{LiveState, read_partition};
+use idem_io::manifest::LiveState;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -36,33 +38,6 @@ pub struct PartitionStatus {
     pub changed_input: Option<String>,
 }
 
-/// The status of a table on an object store, read through its partitions' markers
-/// (storage options from the AWS_* environment).
-fn remote_status(url: &str) -> idem_io::Result<TableStatus> {
-    use idem_io::commit::CommitBackend;
-    let table = idem_io::commit::object::ObjectTable::from_env(url)?;
-    let mut partitions = Vec::new();
-    for p in table.partitions()? {
-        let s = match table.live_state(&p)? {
-            Some(LiveState::Managed(m)) => managed_status(&p, *m, None),
-            Some(LiveState::Unclean { manifest, .. }) => PartitionStatus {
-                state: "pending",
-                ..managed_status(&p, *manifest, None)
-            },
-            Some(LiveState::Foreign { files }) => foreign_status(&p, files.len(), 0),
-            None => continue,
-        };
-        partitions.push(s);
-    }
-    Ok(TableStatus {
-        table: url.to_string(),
-        rows: partitions.iter().filter_map(|p| p.rows).sum(),
-        bytes: partitions.iter().map(|p| p.bytes).sum(),
-        partitions,
-        staging: table.staged_runs()?,
-    })
-}
-
 fn managed_status(
     p: &PartitionPath,
     m: idem_io::manifest::Manifest,
@@ -70,7 +45,7 @@ fn managed_status(
 ) -> PartitionStatus {
     // No job here: object-store inputs are reached with the environment's options.
     let changed =
-        crate::freshness::first_changed(&m.run.inputs, &m.run.sources, &|_| Default::default());
+        crate::run::fresh::first_changed(&m.run.inputs, &m.run.sources, &|_| Default::default());
     let input_state = if m.run.inputs.is_empty() {
         "none"
     } else if changed.is_some() {
@@ -125,125 +100,71 @@ pub struct TableStatus {
     pub staging: Vec<String>,
 }
 
+/// The table at `root`, reached with the environment's storage settings (these
+/// commands have no job file).
+fn open(root: &Path) -> idem_io::Result<Arc<dyn CommitBackend>> {
+    idem_io::table::open(&root.to_string_lossy(), &Default::default())
+}
+
 pub fn status(root: &Path) -> Result<TableStatus> {
-    let table_err = |message: String| Error::Table {
+    let table_err = |source| Error::Table {
         path: root.to_path_buf(),
-        message,
+        source,
     };
-    let url = root.to_string_lossy();
-    if idem_io::store::is_url(&url) {
-        return remote_status(&url).map_err(|e| table_err(e.to_string()));
-    }
-    if !root.is_dir() {
-        return Err(table_err(if root.exists() {
-            "is not a directory".into()
-        } else {
-            "does not exist".into()
-        }));
-    }
-    let mut leaves = Vec::new();
-    find_partitions(root, root, &mut leaves).map_err(|e| table_err(e.to_string()))?;
-    leaves.sort();
+    let table = open(root).map_err(table_err)?;
     let mut partitions = Vec::new();
-    for (rel, dir) in leaves {
-        let p = PartitionPath::parse(&rel).map_err(|e| table_err(e.to_string()))?;
-        let files =
-            idem_io::manifest::list_parquet_files(&dir).map_err(|e| table_err(e.to_string()))?;
-        let bytes: u64 = files
-            .iter()
-            .filter_map(|f| std::fs::metadata(f).ok())
-            .map(|m| m.len())
-            .sum();
-        let state = read_partition(&dir).map_err(|e| table_err(e.to_string()))?;
-        let s = match state {
-            LiveState::Managed(m) => managed_status(&p, *m, Some(bytes)),
-            // Only object stores have commits apart from their files.
-            LiveState::Foreign { .. } | LiveState::Unclean { .. } => {
+    for p in table.partitions().map_err(table_err)? {
+        let s = match table.live_state(&p).map_err(table_err)? {
+            Some(LiveState::Managed(m)) => {
+                let names: Vec<String> = m.files.iter().map(|f| f.name.clone()).collect();
+                let bytes = table.live_bytes(&p, &names);
+                managed_status(&p, *m, bytes)
+            }
+            // A commit whose apply is unfinished (object stores only).
+            Some(LiveState::Unclean { manifest, .. }) => PartitionStatus {
+                state: "pending",
+                ..managed_status(&p, *manifest, None)
+            },
+            Some(LiveState::Foreign { files }) => {
+                let names: Vec<String> = files
+                    .iter()
+                    .filter_map(|f| f.file_name())
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .collect();
+                let bytes = table.live_bytes(&p, &names).unwrap_or(0);
                 foreign_status(&p, files.len(), bytes)
             }
+            None => continue,
         };
         partitions.push(s);
     }
-    let table = idem_io::commit::local::LocalTable::new(root);
-    let mut staging: Vec<String> = std::fs::read_dir(table.meta_dir().join("staging"))
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    staging.sort();
     Ok(TableStatus {
         table: root.display().to_string(),
         rows: partitions.iter().filter_map(|p| p.rows).sum(),
         bytes: partitions.iter().map(|p| p.bytes).sum(),
         partitions,
-        staging,
+        staging: table.staged_runs().map_err(table_err)?,
     })
 }
 
-/// Directories holding Parquet files, reached through `col=value` directories.
-fn find_partitions(
-    root: &Path,
-    dir: &Path,
-    out: &mut Vec<(String, PathBuf)>,
-) -> std::io::Result<()> {
-    let mut has_files = false;
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || name.starts_with('_') {
-            continue;
-        }
-        let ft = e.file_type()?;
-        if ft.is_dir() && name.contains('=') {
-            find_partitions(root, &e.path(), out)?;
-        } else if ft.is_file() && name.ends_with(".parquet") {
-            has_files = true;
-        }
-    }
-    if has_files {
-        let rel = dir
-            .strip_prefix(root)
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        out.push((rel, dir.to_path_buf()));
-    }
-    Ok(())
-}
-
-/// `idem gc TABLE`: removes what dead runs left in the table's staging area. Runs that
-/// are alive (their lock is held) are left alone, so this is safe while jobs run.
+/// `idem gc TABLE`: removes what dead runs left in the table's staging area (on an
+/// object store, rolls forward what they committed). Runs that are alive (their lock
+/// is held) are left alone, so this is safe while jobs run.
 pub fn gc(root: &Path) -> Result<Vec<String>> {
-    use idem_io::commit::CommitBackend;
-    let storage = |source| Error::Storage {
-        target: root.to_path_buf(),
-        source,
-    };
-    let url = root.to_string_lossy();
-    if idem_io::store::is_url(&url) {
-        // Rolls forward what dead runs committed, removes what they only staged.
-        let table = idem_io::commit::object::ObjectTable::from_env(&url).map_err(storage)?;
-        return table.clean_dead_runs().map_err(storage);
-    }
-    let table = idem_io::commit::local::LocalTable::new(root);
-    table.clean_dead_runs().map_err(storage)
+    open(root)
+        .and_then(|t| t.clean_dead_runs())
+        .map_err(|source| Error::Storage {
+            target: root.to_path_buf(),
+            source,
+        })
 }
 
 /// `idem log TABLE`: the table's restatement events, oldest first.
 pub fn log(root: &Path) -> Result<Vec<idem_io::log::Restatement>> {
-    let url = root.to_string_lossy();
-    if idem_io::store::is_url(&url) {
-        return idem_io::commit::object::ObjectTable::from_env(&url)
-            .and_then(|t| t.log())
-            .map_err(|source| Error::Storage {
-                target: root.to_path_buf(),
-                source,
-            });
-    }
-    let table = idem_io::commit::local::LocalTable::new(root);
-    idem_io::log::read(&table.log_dir()).map_err(|source| Error::Storage {
-        target: root.to_path_buf(),
-        source,
-    })
+    open(root)
+        .and_then(|t| t.log())
+        .map_err(|source| Error::Storage {
+            target: root.to_path_buf(),
+            source,
+        })
 }

@@ -3,8 +3,6 @@
 use std::sync::Arc;
 
 use idem_io::commit::CommitBackend;
-use idem_io::commit::local::LocalTable;
-use idem_io::commit::object::ObjectTable;
 
 use crate::error::{Error, Result};
 use crate::job::Job;
@@ -13,15 +11,10 @@ use crate::job::Job;
 /// an object store committed through per-partition markers (staged locally first, in
 /// `$IDEM_STAGING` or the system's temporary directory).
 pub fn open(job: &Job) -> Result<Arc<dyn CommitBackend>> {
-    if !job.target.is_remote() {
-        return Ok(Arc::new(LocalTable::new(&job.target.path)));
-    }
-    let url = job.target.path.to_string_lossy();
-    let staging = idem_io::store::local_staging_root();
-    let table =
-        ObjectTable::new(&url, &job.storage, &staging).map_err(|source| Error::Storage {
+    idem_io::table::open(&job.target.path.to_string_lossy(), &job.storage).map_err(|source| {
+        Error::Storage {
             target: job.target.path.clone(),
             source,
-        })?;
-    Ok(Arc::new(table))
+        }
+    })
 }

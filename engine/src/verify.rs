@@ -12,8 +12,8 @@ use idem_io::hive::PartitionPath;
 use idem_io::manifest::{InputFile, LiveState, read_partition};
 use serde::Serialize;
 
-use crate::checks::Checks;
 use crate::error::{Error, Result};
+use crate::job::Checks;
 use crate::job::{Job, OnSchemaChange};
 use crate::run::{Quiet, RunOptions, RunReport};
 
@@ -110,9 +110,9 @@ pub async fn verify(job: &Job, opts: &RunOptions) -> Result<VerifyReport> {
     let partition = if first.partition == "(table)" {
         PartitionPath::root()
     } else {
-        PartitionPath::parse(&first.partition).map_err(|e| Error::Table {
+        PartitionPath::parse(&first.partition).map_err(|source| Error::Table {
             path: roots[0].clone(),
-            message: e.to_string(),
+            source,
         })?
     };
     let dirs: Vec<PathBuf> = roots.iter().map(|r| r.join(partition.rel_path())).collect();
@@ -123,10 +123,7 @@ pub async fn verify(job: &Job, opts: &RunOptions) -> Result<VerifyReport> {
 
 async fn differing_rows(job: &Job, dirs: &[PathBuf]) -> Result<Vec<String>> {
     let ctx = SessionContext::new();
-    let exec = |e: datafusion::error::DataFusionError| Error::Execution {
-        path: job.path.clone(),
-        message: format!("comparing the two runs: {e}"),
-    };
+    let exec = |e| Error::execution(&job.path, "comparing the two runs: ", e);
     for (name, dir) in ["one", "two"].iter().zip(dirs) {
         if dir.is_dir() {
             ctx.register_parquet(

@@ -96,7 +96,7 @@ pub fn check_schema(schema: &arrow::datatypes::Schema) -> Result<()> {
 /// without hashing the rows kept: the files' sums, less the rows taken out, plus the
 /// rows put in. A merge rewriting files records which rows it drops and which it adds,
 /// so the writer hashes a tenth of the rows instead of all (see
-/// [`crate::writer::PartitionWriter::derive_digest`]). Shared by the threads that
+/// `PartitionWriter::derive_digest`). Shared by the threads that
 /// report rows; read once every row is reported.
 #[derive(Debug)]
 pub struct Difference {

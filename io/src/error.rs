@@ -52,6 +52,9 @@ pub enum Error {
     )]
     CrossDevice { staging: PathBuf, table: PathBuf },
 
+    #[error("{path} does not exist")]
+    Missing { path: PathBuf },
+
     #[error("target path {path} exists and is not a directory")]
     NotADirectory { path: PathBuf },
 
@@ -73,7 +76,16 @@ pub enum Error {
     #[error("{}", layout_message(table, problem))]
     Layout {
         table: String,
-        problem: crate::layout::Problem,
+        problem: LayoutProblem,
+    },
+
+    /// Other writers kept a partition, or a lock, busy past every retry: a later run
+    /// may succeed.
+    #[error("{op} {location}: {reason}")]
+    Contention {
+        op: &'static str,
+        location: String,
+        reason: String,
     },
 
     #[error("storage URL {url}: {reason}")]
@@ -100,13 +112,13 @@ impl Error {
     }
 }
 
-fn layout_message(table: &str, problem: &crate::layout::Problem) -> String {
+fn layout_message(table: &str, problem: &LayoutProblem) -> String {
     match problem {
-        crate::layout::Problem::OtherLayout { found } => format!(
+        LayoutProblem::OtherLayout { found } => format!(
             "the table {table} is partitioned by {}",
             show_columns(found)
         ),
-        crate::layout::Problem::NotATable { found } => format!(
+        LayoutProblem::NotATable { found } => format!(
             "{table} is not a table: it holds {}. idem replaces a table's partitions \
              whole, so it writes only where there is nothing but Parquet files and \
              partition directories of the job's layout",
@@ -125,4 +137,13 @@ pub fn show_columns(cols: &[String]) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// Why a root is not a table of the layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LayoutProblem {
+    /// Its data files sit under partition columns `found`, not the job's.
+    OtherLayout { found: Vec<String> },
+    /// It holds things that are not part of any table of the layout (the first few).
+    NotATable { found: Vec<String> },
 }

@@ -2,7 +2,7 @@
 //! turn instead of the few moments someone thought of.
 //!
 //! Every filesystem call of the write, publish, recovery and gc paths goes through
-//! [`crate::fs`], and every object-store call through [`FaultStore`]; both ask
+//! the `fs` module, and every object-store call through [`FaultStore`]; both ask
 //! [`point`] first. Calls are numbered from 1 in the order they reach it. A plan fails
 //! one of them:
 //!

@@ -7,7 +7,6 @@
 //! Backends list what they hold ([`Entry`]: a local directory walk, or an object
 //! store's keys) and [`check`] judges it the same way for both.
 
-use crate::error::{Error, Result};
 use crate::hive::unescape;
 
 /// One thing found under a table root, by its path relative to the root.
@@ -26,14 +25,7 @@ pub enum Kind {
     Other,
 }
 
-/// Why a root is not a table of the layout.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Problem {
-    /// Its data files sit under partition columns `found`, not the job's.
-    OtherLayout { found: Vec<String> },
-    /// It holds things that are not part of any table of the layout (the first few).
-    NotATable { found: Vec<String> },
-}
+pub use crate::error::LayoutProblem as Problem;
 
 /// How many offending entries a message names.
 const SHOWN: usize = 5;
@@ -44,7 +36,7 @@ pub fn is_marker_file(name: &str) -> bool {
 }
 
 /// The partition column a directory name `col=value` stands for.
-fn column_of(name: &str) -> Option<String> {
+pub(crate) fn column_of(name: &str) -> Option<String> {
     name.split_once('=').map(|(c, _)| unescape(c))
 }
 
@@ -110,45 +102,6 @@ pub fn check(entries: &[Entry], partition_by: &[String]) -> std::result::Result<
         bad.push(format!("and {more} more"));
     }
     Err(Problem::NotATable { found: bad })
-}
-
-/// The entries under a local directory, walking into every `col=value` directory (a
-/// table of another layout is told by where its files sit) and into no other (a
-/// wrong directory is reported without reading inside it).
-pub fn walk_local(root: &std::path::Path) -> Result<Vec<Entry>> {
-    let mut out = Vec::new();
-    let mut stack = vec![(root.to_path_buf(), String::new())];
-    while let Some((dir, rel)) = stack.pop() {
-        let listed = match crate::fs::read_dir(&dir) {
-            Ok(l) => l,
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        for (name, file_type) in listed {
-            let child_rel = if rel.is_empty() {
-                name.clone()
-            } else {
-                format!("{rel}/{name}")
-            };
-            let kind = if file_type.is_dir() {
-                Kind::Dir
-            } else if file_type.is_file() {
-                Kind::File
-            } else {
-                Kind::Other
-            };
-            if kind == Kind::Dir && column_of(&name).is_some() {
-                stack.push((dir.join(&name), child_rel.clone()));
-            }
-            out.push(Entry {
-                rel: child_rel,
-                kind,
-            });
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

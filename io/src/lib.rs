@@ -17,7 +17,9 @@ pub mod hive;
 pub mod layout;
 pub mod log;
 pub mod manifest;
+pub mod staged;
 pub mod store;
+pub mod table;
 pub mod writer;
 mod xxh3;
 

@@ -140,64 +140,6 @@ pub struct InputFile {
     pub idem_digest: Option<String>,
 }
 
-/// Records, on each input that is a file of an idem partition, that partition's digest
-/// (see [`partition_digest`]); each partition is read once however many of its files
-/// were read.
-pub fn record_idem_digests(
-    inputs: &mut [InputFile],
-    opts_for: &dyn Fn(&str) -> crate::store::StorageOptions,
-) {
-    let mut digests: std::collections::HashMap<String, Option<String>> = Default::default();
-    for f in inputs.iter_mut() {
-        if !f.path.ends_with(".parquet") {
-            continue;
-        }
-        let Some((dir, _)) = f.path.rsplit_once('/') else {
-            continue;
-        };
-        f.idem_digest = digests
-            .entry(dir.to_string())
-            .or_insert_with(|| partition_digest(dir, &opts_for(dir)))
-            .clone();
-    }
-}
-
-/// The digest of the idem partition at `dir` — a local directory whose footers carry
-/// its manifest, or a partition URL on an object store, read through its marker —
-/// or `None` when `dir` is not (wholly) an idem partition.
-pub fn partition_digest(dir: &str, opts: &crate::store::StorageOptions) -> Option<String> {
-    if !crate::store::is_url(dir) {
-        return match read_partition(Path::new(dir)) {
-            Ok(LiveState::Managed(m)) => Some(m.digest),
-            _ => None,
-        };
-    }
-    // The partition directories are the trailing `col=value` components.
-    let mut root = dir;
-    let mut rel: Vec<&str> = Vec::new();
-    while let Some((parent, last)) = root.rsplit_once('/') {
-        if !last.contains('=') {
-            break;
-        }
-        rel.insert(0, last);
-        root = parent;
-    }
-    let table =
-        crate::commit::object::ObjectTable::new(root, opts, &crate::store::local_staging_root())
-            .ok()?;
-    let p = if rel.is_empty() {
-        crate::hive::PartitionPath::root()
-    } else {
-        crate::hive::PartitionPath::parse(&rel.join("/")).ok()?
-    };
-    use crate::commit::CommitBackend;
-    table
-        .live_state(&p)
-        .ok()??
-        .manifest()
-        .map(|m| m.digest.clone())
-}
-
 /// The name a type is recorded under: view and large string/binary types as their
 /// plain equivalents, which hold the same values (so a DataFusion upgrade that switches
 /// to view types does not read as a schema change).

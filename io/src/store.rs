@@ -206,17 +206,12 @@ pub(crate) fn io_runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// Runs `f` on the object-store runtime and waits for it (callable from anywhere,
-/// including from inside another runtime).
+/// Runs `f` on the object-store runtime and waits for it. The caller is a thread that
+/// may block (see [`crate::blocking`]): a plain thread, or one of a runtime's blocking
+/// pool — never a runtime's worker, and never one of this runtime's own.
 pub(crate) fn block<T: Send>(f: impl std::future::Future<Output = T> + Send) -> T {
     crate::blocking::check("waiting for an object-store request");
-    std::thread::scope(|s| {
-        // The thread is the request's own: what it waits for (a lock's lease, a
-        // failpoint) blocks nothing else.
-        s.spawn(|| crate::blocking::allowed(|| io_runtime().block_on(f)))
-            .join()
-            .expect("object-store task panicked")
-    })
+    crate::blocking::allowed(|| io_runtime().block_on(f))
 }
 
 /// Size and ETag of the object at `url`; `None` when it does not exist or cannot be

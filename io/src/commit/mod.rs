@@ -12,17 +12,23 @@ use std::path::PathBuf;
 use crate::error::Result;
 use crate::hive::PartitionPath;
 use crate::manifest::LiveState;
-use crate::writer::WrittenPartition;
+use crate::staged::WrittenPartition;
 
-/// A staged partition whose checks have passed.
+/// A staged partition whose checks have passed. The only way to make one is
+/// [`Checked::all`], which runs the checks first.
 #[derive(Debug)]
 pub struct Checked(WrittenPartition);
 
 impl Checked {
-    /// Marks a staged partition as checked. The engine calls this only after running
-    /// the job's checks on it.
-    pub fn new(partition: WrittenPartition) -> Self {
-        Self(partition)
+    /// Runs `checks` on the staged partitions of a run; when they pass, every one is
+    /// checked, and when they fail, none is (the staged partitions are dropped, and
+    /// the run's cleanup removes their files).
+    pub async fn all<E>(
+        staged: Vec<WrittenPartition>,
+        checks: impl AsyncFnOnce(&[WrittenPartition]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Vec<Checked>, E> {
+        checks(&staged).await?;
+        Ok(staged.into_iter().map(Checked).collect())
     }
 
     pub fn partition(&self) -> &WrittenPartition {
@@ -60,15 +66,47 @@ pub struct Published {
     pub mode: PublishMode,
 }
 
-/// The version of a live partition, as a read-modify-write must find it again at
-/// publish: every publish of the partition makes a new one (an object store's marker
-/// sequence number; on disk, the identity of the partition's directory, which every
-/// swap replaces).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Version(pub String);
+pub use crate::staged::Version;
 
-/// A guard that holds something of the table (a lock, a lease) until dropped.
-pub type Guard = Box<dyn std::any::Any + Send>;
+/// Holds something of the table (a lock file, a lease an object store renews) until
+/// dropped. Only a backend makes one.
+macro_rules! guard {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[must_use = "the lock is released when this is dropped"]
+        pub struct $name(#[allow(dead_code)] Box<dyn Send>);
+
+        impl $name {
+            pub(crate) fn new(held: impl Send + 'static) -> Self {
+                Self(Box::new(held))
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(stringify!($name))
+            }
+        }
+    };
+}
+
+guard!(
+    /// Run `run_id` is alive while this is held: no other run cleans up after it.
+    RunGuard
+);
+guard!(
+    /// Read-modify-write writers (merges) of the table wait for each other while this
+    /// is held.
+    WritesGuard
+);
+guard!(
+    /// The fence of the publish step: every writer's publish waits for it, so the
+    /// versions a run checks stay the live ones until its partitions are published.
+    PublishGuard
+);
+
+/// A live partition's manifest and where each of its files is read right now.
+pub type CommittedPartition = (PartitionPath, crate::manifest::Manifest, Vec<String>);
 
 /// A table's storage and its commit protocol.
 pub trait CommitBackend: Send + Sync {
@@ -78,24 +116,27 @@ pub trait CommitBackend: Send + Sync {
     fn prepare(&self) -> Result<()>;
     /// Marks run `run_id` live until the returned guard is dropped, so no other run
     /// cleans up after it.
-    fn lock_run(&self, run_id: &str) -> Result<Box<dyn std::any::Any + Send>>;
+    fn lock_run(&self, run_id: &str) -> Result<RunGuard>;
     /// Removes (or rolls forward) what dead runs left; returns their run ids.
     fn clean_dead_runs(&self) -> Result<Vec<String>>;
+    /// Runs whose staged work is still present (in progress, dead, or, on an object
+    /// store, committed and not yet applied).
+    fn staged_runs(&self) -> Result<Vec<String>>;
     /// Appends a restatement event to the table's log, never overwriting one.
     fn append_log(&self, event: &crate::log::Restatement) -> Result<()>;
-    /// The local implementation, for what only it supports (keeping files in a merge).
-    fn as_local(&self) -> Option<&local::LocalTable> {
-        None
+    /// The table's restatement events, oldest first.
+    fn log(&self) -> Result<Vec<crate::log::Restatement>>;
+    /// Whether a new version of a partition can keep live files as they are (hard
+    /// links) and read their footers in place, without a request per file: local disk.
+    fn keeps_files(&self) -> bool {
+        false
     }
     /// Serializes read-modify-write writers (merges) of the table while held.
-    fn lock_writes(&self) -> Result<Option<Guard>>;
-    /// Serializes the publish step of every writer of the table while held (`None`
-    /// where each partition's commit is its own fence, as on object stores): a run
+    fn lock_writes(&self) -> Result<WritesGuard>;
+    /// Serializes the publish step of every writer of the table while held: a run
     /// checks the versions its read-modify-write depends on and publishes all of its
     /// partitions under it, so no other publish falls in between.
-    fn lock_publish(&self) -> Result<Option<Guard>> {
-        Ok(None)
-    }
+    fn lock_publish(&self) -> Result<PublishGuard>;
     /// The version of the live partition, which a read-modify-write must still find
     /// at publish; `None` when the partition does not exist.
     fn live_version(&self, p: &PartitionPath) -> Result<Option<Version>>;
@@ -116,10 +157,28 @@ pub trait CommitBackend: Send + Sync {
     fn staging_dir(&self, run_id: &str, p: &PartitionPath) -> PathBuf;
     /// Live partitions, found by listing `depth` levels of `col=value` directories.
     fn live_partitions(&self, depth: usize) -> Result<Vec<PartitionPath>>;
+    /// Every partition of the table at any depth, in order: idem's, and directories of
+    /// Parquet files another tool wrote. An error names a table that does not exist.
+    fn partitions(&self) -> Result<Vec<PartitionPath>>;
+    /// The bytes the live files `names` of partition `p` take, footers included, where
+    /// that needs no request per file; `None` elsewhere (the manifest's data bytes
+    /// stand in).
+    fn live_bytes(&self, p: &PartitionPath, names: &[String]) -> Option<u64> {
+        let _ = (p, names);
+        None
+    }
+    /// Every committed partition with the locations its files are read from right now,
+    /// where a listing of the table may not show them exactly (an object store's
+    /// commit not yet applied); `None` where a listing is exact, or the location holds
+    /// no idem table.
+    fn committed(&self) -> Result<Option<Vec<CommittedPartition>>> {
+        Ok(None)
+    }
     /// What the live partition holds; `None` when it does not exist.
     fn live_state(&self, p: &PartitionPath) -> Result<Option<LiveState>>;
-    /// Makes a checked partition live atomically, replacing what was there.
-    fn publish(&self, part: Checked) -> Result<Published>;
+    /// Makes a checked partition live atomically, replacing what was there; only
+    /// under the table's publish fence.
+    fn publish(&self, part: Checked, fence: &PublishGuard) -> Result<Published>;
     /// Removes a staged partition that will not be published.
     fn discard(&self, part: WrittenPartition) -> Result<()>;
     /// Removes what a run staged (after publishing, or after it failed).

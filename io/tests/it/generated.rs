@@ -339,8 +339,8 @@ fn through_parquet(batches: &[RecordBatch]) -> (String, String) {
         )
         .unwrap();
     let mut read = DigestState::default();
-    for f in &written.manifest.files {
-        let file = std::fs::File::open(written.dir.join(&f.name)).unwrap();
+    for f in &written.manifest().files {
+        let file = std::fs::File::open(written.dir().join(&f.name)).unwrap();
         let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
             .unwrap()
             .build()
@@ -349,7 +349,7 @@ fn through_parquet(batches: &[RecordBatch]) -> (String, String) {
             read.update(&b.unwrap());
         }
     }
-    (written.manifest.digest, read.finish())
+    (written.manifest().digest.clone(), read.finish())
 }
 
 fn digest_of(batches: &[RecordBatch]) -> String {

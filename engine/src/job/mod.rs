@@ -5,157 +5,23 @@
 //! paths resolve against the current directory, as in the shell that runs idem;
 //! `${NAME}` in a path is replaced by the environment variable NAME.
 
+mod file;
+mod values;
+
+pub use file::{Checks, Dedupe, Format, Mode, OnSchemaChange, UniqueKeys};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use arrow::datatypes::DataType;
 use idem_io::writer::WriterOptions;
-use parquet::basic::{Compression, GzipLevel, ZstdLevel};
-use serde::{Deserialize, Serialize};
 
-use crate::checks::Checks;
 use crate::error::{Error, Result};
 use crate::window::Grain;
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct JobFile {
-    name: String,
-    #[serde(default)]
-    allow_nondeterministic: bool,
-    /// A run for D also owns the `lookback` grain units before D (late rows).
-    #[serde(default)]
-    lookback: u32,
-    #[serde(default)]
-    sources: BTreeMap<String, SourceFile>,
-    transform: TransformFile,
-    target: TargetFile,
-    #[serde(default)]
-    checks: Checks,
-    /// Options for `s3://` paths (endpoint, region, ...). They say where the data is,
-    /// not what it is, so they are not part of the job's fingerprint.
-    #[serde(default, skip_serializing)]
-    storage: idem_io::store::StorageOptions,
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct SourceFile {
-    path: String,
-    #[serde(default)]
-    format: Format,
-    partitioned_by: Option<Vec<PartitionColumnFile>>,
-    /// Only files with this suffix are read from a directory.
-    extension: Option<String>,
-    /// CSV: whether the first line is a header (default true).
-    header: Option<bool>,
-    /// CSV: the field delimiter, one character (default ",").
-    delimiter: Option<String>,
-    /// Keep only the newest row per key (a tie on `latest_by` is an error).
-    dedupe: Option<Dedupe>,
-    /// This source's object-store options, over the job's `[storage]` (where the data
-    /// is, not what it is: not part of the fingerprint).
-    #[serde(default, skip_serializing)]
-    storage: Option<idem_io::store::StorageOptions>,
-}
-
-/// `dedupe = { key = [...], latest_by = "..." }` on a source.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct Dedupe {
-    pub key: Vec<String>,
-    pub latest_by: String,
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-enum PartitionColumnFile {
-    Name(String),
-    Typed {
-        name: String,
-        #[serde(rename = "type")]
-        data_type: String,
-    },
-}
-
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    #[default]
-    Parquet,
-    Csv,
-    Json,
-}
-
-impl Format {
-    /// The suffix of the files a directory source of this format reads.
-    pub fn extension(self) -> &'static str {
-        match self {
-            Format::Parquet => ".parquet",
-            Format::Csv => ".csv",
-            Format::Json => ".json",
-        }
-    }
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct TransformFile {
-    sql: Option<String>,
-    sql_file: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct TargetFile {
-    path: String,
-    #[serde(default)]
-    partition_by: Vec<String>,
-    #[serde(default)]
-    mode: Mode,
-    /// Merge: the columns that identify a row (unique in the output and the table).
-    #[serde(default)]
-    key: Vec<String>,
-    /// Merge: rows of the run's own window whose key the output lacks are deleted.
-    #[serde(default)]
-    delete_missing: bool,
-    #[serde(default)]
-    grain: Grain,
-    /// The partition column that carries the logical date (default: the first DATE or
-    /// TIMESTAMP partition column, else the first).
-    time_column: Option<String>,
-    compression: Option<String>,
-    row_group_rows: Option<usize>,
-    #[serde(default)]
-    on_schema_change: OnSchemaChange,
-    file_size: Option<ByteSize>,
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-enum ByteSize {
-    Bytes(u64),
-    Text(String),
-}
-
-/// What a run does when its output's schema differs from the live table's.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum OnSchemaChange {
-    /// Refuse, showing both schemas side by side.
-    #[default]
-    Fail,
-    /// Write the new schema; untouched partitions keep theirs until rewritten.
-    Allow,
-}
-
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    #[default]
-    ReplacePartitions,
-    Merge,
-}
+use file::{JobFile, PartitionColumnFile, SourceFile};
+use values::{
+    absolute, byte_size, compression, expand, is_identifier, partition_type, toml_message,
+};
 
 impl Target {
     /// Whether the table lives on an object store.
@@ -538,118 +404,9 @@ fn source(
     })
 }
 
-fn partition_type(name: &str) -> std::result::Result<DataType, String> {
-    Ok(match name.to_ascii_lowercase().as_str() {
-        "string" | "varchar" | "utf8" => DataType::Utf8,
-        "date" => DataType::Date32,
-        "int" | "integer" | "int32" => DataType::Int32,
-        "bigint" | "int64" | "long" => DataType::Int64,
-        "boolean" | "bool" => DataType::Boolean,
-        other => {
-            return Err(format!(
-                "unknown type `{other}` (use string, date, int, bigint or boolean)"
-            ));
-        }
-    })
-}
-
-fn compression(s: &str) -> std::result::Result<Compression, String> {
-    let lower = s.to_ascii_lowercase();
-    let (name, level) = match lower.split_once('(') {
-        Some((n, rest)) => (
-            n.trim().to_string(),
-            Some(
-                rest.trim_end_matches(')')
-                    .trim()
-                    .parse::<i32>()
-                    .map_err(|_| format!("bad level in `{s}`"))?,
-            ),
-        ),
-        None => (lower.trim().to_string(), None),
-    };
-    Ok(match (name.as_str(), level) {
-        ("snappy", None) => Compression::SNAPPY,
-        ("none" | "uncompressed", None) => Compression::UNCOMPRESSED,
-        ("lz4", None) => Compression::LZ4_RAW,
-        ("zstd", l) => Compression::ZSTD(
-            ZstdLevel::try_new(l.unwrap_or(3)).map_err(|e| format!("`{s}`: {e}"))?,
-        ),
-        ("gzip", l) => Compression::GZIP(
-            GzipLevel::try_new(l.unwrap_or(6) as u32).map_err(|e| format!("`{s}`: {e}"))?,
-        ),
-        _ => {
-            return Err(format!(
-                "unknown codec `{s}` (use snappy, zstd, zstd(N), gzip, lz4 or none)"
-            ));
-        }
-    })
-}
-
-fn byte_size(size: &ByteSize) -> std::result::Result<u64, String> {
-    let bytes = match size {
-        ByteSize::Bytes(b) => *b,
-        ByteSize::Text(t) => {
-            let t = t.trim();
-            let split = t
-                .find(|c: char| !c.is_ascii_digit() && c != '.')
-                .unwrap_or(t.len());
-            let (num, unit) = t.split_at(split);
-            let num: f64 = num.parse().map_err(|_| format!("`{t}` is not a size"))?;
-            let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-                "" | "b" => 1,
-                "k" | "kb" | "kib" => 1 << 10,
-                "m" | "mb" | "mib" => 1 << 20,
-                "g" | "gb" | "gib" => 1 << 30,
-                u => return Err(format!("unknown unit `{u}` (use KiB, MiB or GiB)")),
-            };
-            (num * mult as f64) as u64
-        }
-    };
-    if bytes < 1024 {
-        return Err(format!("{bytes} bytes is too small for a file"));
-    }
-    Ok(bytes)
-}
-
-fn toml_message(e: &toml::de::Error) -> String {
-    // toml's message already names the key and shows the line.
-    e.to_string()
-        .trim_end()
-        .replace("TOML parse error", "TOML error")
-}
-
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// Replaces `${NAME}` with the environment variable NAME.
-fn expand(s: &str) -> std::result::Result<String, String> {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| format!("unclosed `${{` in `{s}`"))?;
-        let name = &after[..end];
-        let value = std::env::var(name)
-            .map_err(|_| format!("environment variable `{name}` (used in `{s}`) is not set"))?;
-        out.push_str(&value);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-fn absolute(p: impl AsRef<Path>) -> PathBuf {
-    std::path::absolute(p.as_ref()).unwrap_or_else(|_| p.as_ref().to_path_buf())
-}
-
 #[cfg(test)]
 mod tests {
+    use super::file::ByteSize;
     use super::*;
 
     fn parse(text: &str) -> Result<Job> {

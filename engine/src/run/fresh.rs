@@ -5,8 +5,9 @@
 //! (same job fingerprint), this idem version and the same `--var` values, from inputs
 //! that are unchanged: for files of an idem table, the partition they belong to still
 //! has the digest it had when read; for other files, they are all still there with the
-//! same size and modification time, with no new file beside them. A window that owns no live partition, or whose partitions read no
-//! input, is never fresh: the run is cheap there and decides for itself.
+//! same size and modification time, with no new file beside them. A window that owns
+//! no live partition, or whose partitions read no input, is never fresh: the run is
+//! cheap there and decides for itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -14,9 +15,9 @@ use std::path::Path;
 use idem_io::manifest::{InputFile, LiveState, SourceScope};
 use idem_io::store::StorageOptions;
 
+use super::report::{Action, PartitionReport, RunOptions};
 use crate::error::{Error, Result};
 use crate::job::Job;
-use crate::run::{Action, PartitionReport, RunOptions};
 use crate::window::{Window, interval_of};
 
 /// The owned partitions, reported `fresh`, when the whole window is fresh.
@@ -131,7 +132,7 @@ pub fn first_changed(
         }
     }
     for (dir, digest) in idem_dirs {
-        if idem_io::manifest::partition_digest(dir, &opts_for(dir)).as_deref() != Some(digest) {
+        if idem_io::table::partition_digest(dir, &opts_for(dir)).as_deref() != Some(digest) {
             return Some(dir.to_string());
         }
     }

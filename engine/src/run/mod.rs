@@ -1,0 +1,307 @@
+//! One run of a job for one logical date, in `replace_partitions` mode.
+//!
+//! Planning touches no storage: the job is parsed, the SQL planned, the determinism
+//! guard and the output checks run, and only then is anything staged. Rows stream
+//! from DataFusion through the router into one writer per partition, in a staging
+//! area outside the table; every partition the output touches, and every partition the
+//! window owns, is then compared with the live one by content digest and either left
+//! alone (`unchanged`) or swapped in atomically. A failure before publishing leaves the
+//! table as it was; a failure while publishing leaves each partition old or new.
+
+mod explain;
+pub mod fresh;
+mod lifecycle;
+pub mod plan;
+mod publish;
+pub mod report;
+mod stage;
+mod unchanged;
+
+pub use plan::{Planned, plan, plan_unchecked};
+pub use report::{Action, Observer, PartitionReport, Quiet, RunOptions, RunReport};
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use idem_io::commit::{Checked, Version};
+use idem_io::hive::PartitionPath;
+use idem_io::manifest::{InputFile, RunInfo, describe_schema};
+
+use crate::error::{Error, Result};
+use crate::job::{Job, Mode};
+use crate::route::Router;
+use crate::session::inputs_of;
+use crate::window::Window;
+use explain::{dedupe_tie, explain, read_files_still_there};
+use lifecycle::{Held, begin_run, end_run};
+use plan::delete_scope;
+use publish::{owned_partitions, publish_all};
+use stage::{Kept, finalize, stage};
+use unchanged::{confirm_unchanged, may_confirm_unchanged};
+
+/// Plans and executes a run, publishing its partitions.
+pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> Result<RunReport> {
+    let started = Instant::now();
+    let fresh = if opts.skip_fresh || may_confirm_unchanged(job) {
+        let (job2, opts2) = (job.clone(), opts.clone());
+        crate::blocking(move || crate::run::fresh::fresh_partitions(&job2, &opts2)).await
+    } else {
+        Ok(None)
+    };
+    // `--skip-fresh` reports why freshness could not be judged; the confirmation of
+    // an unchanged re-run just runs the normal way then.
+    let fresh = match fresh {
+        Err(e) if opts.skip_fresh => return Err(e),
+        Err(_) => None,
+        Ok(fresh) => fresh,
+    };
+    if opts.skip_fresh
+        && let Some(fresh) = fresh
+    {
+        let window = Window::parse(job.target.grain, &opts.date)?.with_lookback(job.lookback);
+        return Ok(RunReport {
+            elapsed_ms: started.elapsed().as_millis() as u64,
+            ..RunReport::of(job, &window, String::new(), 0, fresh)
+        });
+    }
+    if may_confirm_unchanged(job)
+        && let Some(fresh) = fresh
+    {
+        match confirm_unchanged(job, opts, &fresh, Arc::clone(&observer)).await {
+            Ok(Some(mut report)) => {
+                report.elapsed_ms = started.elapsed().as_millis() as u64;
+                return Ok(report);
+            }
+            Ok(None) => tracing::info!("the output differs from the live partitions; writing"),
+            // The run proper reports the error, with its diagnosis.
+            Err(e) => tracing::info!(error = %e, "could not compare the output; writing"),
+        }
+    }
+    // A merge publishes each partition only over the version it read; when another
+    // writer (a replace run, or a merge whose lock lease expired) got there first,
+    // the merge is computed again on top of it.
+    let mut attempt = 0;
+    loop {
+        let planned = plan(job, opts).await?;
+        match execute(planned, Arc::clone(&observer)).await {
+            Err(Error::Storage {
+                source: idem_io::Error::Conflict { partition },
+                ..
+            }) if attempt < MERGE_ATTEMPTS => {
+                attempt += 1;
+                tracing::info!(%partition, attempt, "another writer committed first; merging again");
+            }
+            Err(e) => return Err(e),
+            Ok(mut report) => {
+                report.elapsed_ms = started.elapsed().as_millis() as u64;
+                return Ok(report);
+            }
+        }
+    }
+}
+
+/// How often a merge is computed again after losing a commit to another writer.
+const MERGE_ATTEMPTS: u32 = 8;
+
+/// Executes a planned run.
+pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<RunReport> {
+    let started = Instant::now();
+    let Planned {
+        job,
+        vars: vars_text,
+        window,
+        ctx,
+        df,
+        output,
+        time,
+    } = planned;
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
+    };
+    let exec_err = |e| Error::execution(&job.path, "", e);
+
+    observer.phase("planning");
+    let (table, run_id, run_guard) = begin_run(&job).await?;
+    // What keeps this run live and its merge serialized: handed to the publish step
+    // and back, so they are held until its last rename even if this future is dropped.
+    let mut held = Some(Held {
+        _run: run_guard,
+        writes: None,
+    });
+    let outcome = async {
+        // A merge reads the table under the table's write lock and rewrites what it
+        // affects; each partition is published only over the version it read.
+        let mut merge_inputs = None;
+        let mut merge_stats = None;
+        let mut kept = Kept::default();
+        let mut versions: Option<BTreeMap<PartitionPath, Option<Version>>> = None;
+        let (df, merge_affected) = if job.target.mode == Mode::Merge {
+            observer.phase("merging");
+            let (scope, owned) = if job.target.delete_missing {
+                let owned = if job.target.partition_by.is_empty() {
+                    vec![PartitionPath::root()]
+                } else {
+                    // The window's partitions are rewritten even where no key matched.
+                    let (job2, table2, window2, time2) =
+                        (job.clone(), Arc::clone(&table), window, time.clone());
+                    crate::blocking(move || {
+                        owned_partitions(&job2, table2.as_ref(), &window2, time2.as_ref())
+                    })
+                    .await
+                    .map_err(storage)?
+                };
+                (Some(delete_scope(&job, &window, time.as_ref())?), owned)
+            } else {
+                (None, Vec::new())
+            };
+            let m = match crate::merge::prepare(
+                &job,
+                &ctx,
+                df,
+                &output,
+                &table,
+                scope.as_deref(),
+                &owned,
+            )
+            .await
+            {
+                Ok(m) => m,
+                Err(e) => return Err(explain(&job, &ctx, e).await),
+            };
+            merge_inputs = Some(m.inputs);
+            merge_stats = Some(m.stats);
+            kept = Kept {
+                files: m.kept,
+                derived: m.derived,
+            };
+            versions = Some(m.versions);
+            if let Some(h) = held.as_mut() {
+                h.writes = m.lock;
+            }
+            (m.df, Some(m.affected))
+        } else {
+            (df, None)
+        };
+        let kept = Arc::new(kept);
+        let plan = match df.create_physical_plan().await {
+            Ok(plan) => plan,
+            Err(e) => return Err(explain(&job, &ctx, exec_err(e)).await),
+        };
+        let root = table.location();
+        let inputs: Vec<InputFile> = match merge_inputs {
+            Some(inputs) => inputs,
+            None => inputs_of(&plan, &job).await,
+        };
+        let inputs: Vec<InputFile> = inputs
+            .into_iter()
+            .filter(|f| !f.path.starts_with(&root))
+            .collect();
+        let run_info = RunInfo {
+            job: job.name.clone(),
+            job_fingerprint: job.fingerprint.clone(),
+            logical_date: window.label(),
+            run_id: run_id.clone(),
+            idem_version: env!("CARGO_PKG_VERSION").to_string(),
+            vars: vars_text,
+            sources: job.source_scopes(),
+            inputs,
+        };
+        let schema_desc = describe_schema(&output, &job.target.partition_by);
+        let inputs = run_info.inputs.len();
+        let data_schema = Arc::clone(Router::new(&output, &job.target.partition_by).data_schema());
+
+        let writers = match stage(
+            &job,
+            &table,
+            &run_id,
+            &ctx,
+            plan,
+            &output,
+            &kept,
+            observer.as_ref(),
+        )
+        .await
+        {
+            Ok(writers) => writers,
+            Err(e @ Error::Execution { .. }) => {
+                // A read that failed on a file a newer commit removed: computed again.
+                read_files_still_there(&ctx, &job).await?;
+                return Err(crate::session::diagnose_inputs(&job, &run_info.inputs).unwrap_or(e));
+            }
+            Err(e) => return Err(e),
+        };
+        read_files_still_there(&ctx, &job).await?;
+        let (table2, job2, observer2, window2) = (
+            Arc::clone(&table),
+            job.clone(),
+            Arc::clone(&observer),
+            window,
+        );
+        // A replace run owns its window's partitions: checked again when it publishes.
+        let ownership = match &merge_affected {
+            None => Some((window, time.clone())),
+            Some(_) => None,
+        };
+        let (mut staged, warnings) = crate::blocking(move || {
+            finalize(
+                &job2,
+                table2.as_ref(),
+                &window2,
+                time.as_ref(),
+                merge_affected.as_deref(),
+                &kept,
+                &data_schema,
+                writers,
+                &run_info,
+                schema_desc,
+                observer2.as_ref(),
+            )
+        })
+        .await?;
+        // A read-modify-write publishes each partition only over the version it read.
+        if let Some(versions) = &versions {
+            staged = staged
+                .into_iter()
+                .map(|w| {
+                    let version = versions.get(w.partition()).cloned().flatten();
+                    w.expecting(version)
+                })
+                .collect();
+        }
+        observer.phase("checking");
+        let checked: Vec<Checked> = Checked::all(staged, async |staged| {
+            crate::checks::run(&job, &job.checks, &output, staged).await
+        })
+        .await?;
+        let (table2, job2, observer2) = (Arc::clone(&table), job.clone(), Arc::clone(&observer));
+        let guards = held.take();
+        let (published, guards) = crate::blocking(move || {
+            let published = publish_all(
+                &job2,
+                table2.as_ref(),
+                checked,
+                ownership,
+                warnings,
+                observer2.as_ref(),
+            );
+            (published, guards)
+        })
+        .await;
+        held = guards;
+        let (partitions, warnings) = published?;
+        Ok((partitions, warnings, merge_stats, inputs))
+    }
+    .await
+    .map_err(|e| dedupe_tie(&job, e));
+    end_run(&table, &run_id, held).await;
+    let (partitions, warnings, merge_stats, inputs) = outcome?;
+
+    Ok(RunReport {
+        elapsed_ms: started.elapsed().as_millis() as u64,
+        warnings,
+        merge: merge_stats,
+        ..RunReport::of(&job, &window, run_id, inputs, partitions)
+    })
+}

@@ -1,0 +1,108 @@
+//! Locks, as `flock`s on files under `_idem/<table>/locks/`: one per live run (its
+//! staging is not a dead run's while held), the table's write lock (merges) and its
+//! publish lock (the fence of every publish). The kernel releases them when the
+//! process dies, so a dead holder never blocks anyone.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use rustix::io::Errno;
+
+use crate::durable;
+use crate::error::{Error, Result};
+use crate::fs;
+
+use super::LocalTable;
+
+/// Held by a live run for as long as it runs: an exclusive `flock` on
+/// `_idem/<table>/locks/<run id>.lock`. The kernel drops the lock when the process
+/// dies, however it dies, so a lock that can be taken belongs to a dead run.
+#[derive(Debug)]
+pub struct RunLock {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        // Unlink before the descriptor closes, so no cleaner takes a lock on a file
+        // that a new run could still be creating.
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+impl LocalTable {
+    pub(super) fn locks_dir(&self) -> PathBuf {
+        self.meta.join("locks")
+    }
+
+    /// Marks `run_id` as alive. Call before staging anything.
+    pub fn lock_run(&self, run_id: &str) -> Result<RunLock> {
+        let dir = self.locks_dir();
+        durable::create_dir_all(&dir)?;
+        let path = dir.join(format!("{run_id}.lock"));
+        // A cleaner may lock the file first, judge the run dead and unlink the file:
+        // the run then holds its lock on a file the path no longer names, and retries.
+        loop {
+            if let Some(file) = lock_file(&path, true)? {
+                return Ok(RunLock { path, _file: file });
+            }
+        }
+    }
+
+    /// Serializes read-modify-write writers (merges) of this table: an exclusive
+    /// `flock` on `_idem/<table>/writes.lock`, waited for, held until dropped.
+    pub fn lock_writes(&self) -> Result<std::fs::File> {
+        self.lock_table("writes.lock")
+    }
+
+    /// Serializes the publish step of every writer of this table: an exclusive `flock`
+    /// on `_idem/<table>/publish.lock`, waited for, held until dropped. Held for the
+    /// few renames and fsyncs of one run's partitions, never while a run computes.
+    pub fn lock_publish(&self) -> Result<std::fs::File> {
+        self.lock_table("publish.lock")
+    }
+
+    /// An exclusive `flock` on `_idem/<table>/<name>`, waited for, held until dropped.
+    pub(super) fn lock_table(&self, name: &str) -> Result<std::fs::File> {
+        durable::create_dir_all(&self.meta)?;
+        let path = self.meta.join(name);
+        let file = fs::open_or_create(&path).map_err(Error::io("create", &path))?;
+        fs::flock(&file, &path, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| Error::io("lock", &path)(e.into()))?;
+        Ok(file)
+    }
+}
+
+/// Opens (creating) the lock file at `path` and locks it, waiting for it with `wait`.
+/// `None` when another run holds it (without `wait`) or when the path no longer
+/// names the file locked: a cleaner unlinked it between the open and the lock.
+pub(super) fn lock_file(path: &Path, wait: bool) -> Result<Option<std::fs::File>> {
+    use rustix::fs::FlockOperation;
+    // Read-only when it exists: a lock is taken on any descriptor, and a dead run's
+    // file may belong to another user.
+    let file = match fs::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::open_or_create(path).map_err(Error::io("create", path))?
+        }
+        Err(e) => return Err(Error::io("open", path)(e)),
+    };
+    let op = if wait {
+        FlockOperation::LockExclusive
+    } else {
+        FlockOperation::NonBlockingLockExclusive
+    };
+    match fs::flock(&file, path, op) {
+        Ok(()) => {}
+        Err(Errno::WOULDBLOCK) if !wait => return Ok(None),
+        Err(e) => return Err(Error::io("lock", path)(e.into())),
+    }
+    let held = file.metadata().map_err(Error::io("stat", path))?;
+    match fs::metadata(path) {
+        Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => Ok(Some(file)),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("stat", path)(e)),
+    }
+}

@@ -1,0 +1,326 @@
+//! Unit tests of the partition writer.
+
+use std::fs::File;
+
+use arrow::datatypes::DataType;
+
+use super::options::*;
+use super::*;
+use crate::digest::digest_batch;
+use crate::manifest::{describe_schema, read_from_file};
+use arrow::array::{ArrayRef, Int64Array, StringArray};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+fn batch(start: i64, n: i64) -> RecordBatch {
+    let ids: Vec<i64> = (start..start + n).collect();
+    let names: Vec<String> = ids.iter().map(|i| format!("name-{i}")).collect();
+    RecordBatch::try_from_iter([
+        ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
+        ("name", Arc::new(StringArray::from(names)) as ArrayRef),
+    ])
+    .unwrap()
+}
+
+fn write(dir: &Path, opts: WriterOptions, batches: &[RecordBatch]) -> WrittenPartition {
+    let schema = batches[0].schema();
+    let p = PartitionPath::new(vec![("dt".into(), Some("2026-06-01".into()))]);
+    let mut w = PartitionWriter::new(p, dir.to_path_buf(), Arc::clone(&schema), opts).unwrap();
+    for b in batches {
+        w.write(b).unwrap();
+    }
+    w.finish(&RunInfo::default(), describe_schema(&schema, &[]))
+        .unwrap()
+}
+
+/// Nearly-unique columns are written without a dictionary, repetitive ones with
+/// one, and the rows read back the same either way.
+#[test]
+fn high_cardinality_columns_skip_the_dictionary() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 5000i64;
+    let ids: Vec<i64> = (0..n).collect();
+    let status: Vec<&str> = (0..n)
+        .map(|i| ["paid", "shipped"][i as usize % 2])
+        .collect();
+    let b = RecordBatch::try_from_iter([
+        ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
+        ("status", Arc::new(StringArray::from(status)) as ArrayRef),
+    ])
+    .unwrap();
+    let written = write(
+        dir.path(),
+        WriterOptions::default(),
+        std::slice::from_ref(&b),
+    );
+    let file = File::open(written.dir.join(&written.manifest.files[0].name)).unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    let chunk = |i: usize| {
+        reader
+            .metadata()
+            .row_group(0)
+            .column(i)
+            .dictionary_page_offset()
+    };
+    assert_eq!(chunk(0), None, "id has a dictionary");
+    assert!(chunk(1).is_some(), "status has no dictionary");
+    let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
+    let back = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
+    assert_eq!(back.columns(), b.columns());
+    // Too few rows to judge: every column keeps its dictionary.
+    let small = tempfile::tempdir().unwrap();
+    let written = write(small.path(), WriterOptions::default(), &[batch(0, 100)]);
+    let file = File::open(written.dir.join(&written.manifest.files[0].name)).unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    assert!(
+        reader
+            .metadata()
+            .row_group(0)
+            .column(0)
+            .dictionary_page_offset()
+            .is_some()
+    );
+}
+
+/// A nested column's leaves are written by that column's writers, in order: a
+/// struct of two leaves between flat columns, and a list, read back the same over
+/// several row groups.
+#[test]
+fn nested_columns_are_written_leaf_by_leaf() {
+    use arrow::array::{Int32Array, ListArray, StructArray};
+    use arrow::datatypes::{Field, Int64Type};
+    let dir = tempfile::tempdir().unwrap();
+    let n = 2500;
+    let point = StructArray::from(vec![
+        (
+            Arc::new(Field::new("x", DataType::Int32, true)),
+            Arc::new(Int32Array::from_iter(
+                (0..n).map(|i| (i % 7 != 0).then_some(i)),
+            )) as ArrayRef,
+        ),
+        (
+            Arc::new(Field::new("label", DataType::Utf8, true)),
+            Arc::new(StringArray::from_iter(
+                (0..n).map(|i| Some(format!("p{i}"))),
+            )) as ArrayRef,
+        ),
+    ]);
+    let tags = ListArray::from_iter_primitive::<Int64Type, _, _>(
+        (0..n).map(|i| (i % 5 != 0).then(|| (0..i as i64 % 4).map(Some).collect::<Vec<_>>())),
+    );
+    let b = RecordBatch::try_from_iter([
+        (
+            "id",
+            Arc::new(Int64Array::from_iter_values(0..n as i64)) as ArrayRef,
+        ),
+        ("point", Arc::new(point) as ArrayRef),
+        ("tags", Arc::new(tags) as ArrayRef),
+        (
+            "note",
+            Arc::new(StringArray::from_iter(
+                (0..n).map(|i| Some(["a", "b"][i as usize % 2])),
+            )) as ArrayRef,
+        ),
+    ])
+    .unwrap();
+    let opts = WriterOptions {
+        row_group_rows: 1000,
+        ..Default::default()
+    };
+    let written = write(dir.path(), opts, &[b.slice(0, 1200), b.slice(1200, 1300)]);
+    assert_eq!(written.manifest.rows, n as u64);
+    let file = File::open(written.dir.join(&written.manifest.files[0].name)).unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    assert_eq!(reader.metadata().num_row_groups(), 3);
+    let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
+    let back = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
+    assert_eq!(back.columns(), b.columns());
+}
+
+#[test]
+fn files_roll_and_every_footer_carries_the_whole_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches: Vec<_> = (0..20).map(|i| batch(i * 1000, 1000)).collect();
+    let small = WriterOptions {
+        row_group_rows: 3000,
+        target_file_bytes: 16 << 10,
+        ..Default::default()
+    };
+    let rolled = write(&dir.path().join("a"), small, &batches);
+    let one = write(&dir.path().join("b"), WriterOptions::default(), &batches);
+    assert!(
+        rolled.manifest.files.len() > 1,
+        "{:?}",
+        rolled.manifest.files
+    );
+    assert_eq!(one.manifest.files.len(), 1);
+    assert_eq!(rolled.manifest.rows, 20_000);
+    // The digest does not depend on how rows are split into files.
+    assert_eq!(rolled.manifest.digest, one.manifest.digest);
+
+    let mut rows = 0;
+    for f in &rolled.manifest.files {
+        let path = rolled.dir.join(&f.name);
+        assert_eq!(read_from_file(&path).unwrap().unwrap(), rolled.manifest);
+        let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        let n: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+        assert_eq!(n as u64, f.rows);
+        rows += n;
+    }
+    assert_eq!(rows, 20_000);
+}
+
+#[test]
+fn an_empty_partition_is_one_zero_row_file_with_schema_and_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = batch(0, 1).schema();
+    let p = PartitionPath::new(vec![("dt".into(), Some("2026-06-02".into()))]);
+    let w = PartitionWriter::new(
+        p,
+        dir.path().join("e"),
+        Arc::clone(&schema),
+        WriterOptions::default(),
+    )
+    .unwrap();
+    let written = w
+        .finish(&RunInfo::default(), describe_schema(&schema, &[]))
+        .unwrap();
+    assert_eq!(written.manifest.rows, 0);
+    assert_eq!(written.manifest.files.len(), 1);
+    let path = written.dir.join(&written.manifest.files[0].name);
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap()).unwrap();
+    assert_eq!(builder.schema().fields().len(), 2);
+    assert_eq!(builder.metadata().file_metadata().num_rows(), 0);
+    assert_eq!(
+        read_from_file(&path).unwrap().unwrap().digest,
+        written.manifest.digest
+    );
+}
+
+/// A writer given a `Difference` hashes no row of its first file and still records
+/// the digest, and every file's sum, that hashing every row gives; it refuses to
+/// finish when the rows it was given are not the rows the difference counts.
+#[test]
+fn a_derived_digest_equals_hashing_every_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = batch(0, 1).schema();
+    // The live file: rows 0..3000. The merge drops rows 1000..1500 and adds 5000..5600.
+    let live = digest_batch(&batch(0, 3000));
+    let kept = [batch(0, 1000), batch(1500, 1500)];
+    let added = batch(5000, 600);
+    let written = |name: &str, opts: WriterOptions, derive: Option<Arc<Difference>>| {
+        let mut w = PartitionWriter::new(
+            PartitionPath::root(),
+            dir.path().join(name),
+            Arc::clone(&schema),
+            opts,
+        )
+        .unwrap();
+        if let Some(rows) = derive {
+            w.derive_digest(rows);
+        }
+        for b in kept.iter().chain([&added]) {
+            w.write(b).unwrap();
+        }
+        w.finish(&RunInfo::default(), describe_schema(&schema, &[]))
+    };
+    let difference = || {
+        let rows = Difference::new(live);
+        rows.remove(digest_batch(&batch(1000, 500)));
+        rows.add(digest_batch(&added));
+        Arc::new(rows)
+    };
+    for opts in [
+        WriterOptions::default(),
+        // Several files: the later ones are hashed, the first gets what is left.
+        WriterOptions {
+            row_group_rows: 500,
+            target_file_bytes: 1,
+            ..Default::default()
+        },
+    ] {
+        let hashed = written("hashed", opts.clone(), None).unwrap();
+        let derived = written("derived", opts.clone(), Some(difference())).unwrap();
+        assert_eq!(derived.manifest.digest, hashed.manifest.digest);
+        // The same files but for their names (each writer names its own).
+        let unnamed = |w: &WrittenPartition| {
+            let files = w.manifest.files.iter();
+            files
+                .map(|f| (f.rows, f.data_bytes, f.sum.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(unnamed(&derived), unnamed(&hashed));
+        assert_eq!(derived.manifest.rows, 3100);
+        std::fs::remove_dir_all(dir.path().join("hashed")).unwrap();
+        std::fs::remove_dir_all(dir.path().join("derived")).unwrap();
+    }
+    // One dropped row too few: the rows written are not the rows counted.
+    let wrong = Difference::new(live);
+    wrong.remove(digest_batch(&batch(1000, 499)));
+    wrong.add(digest_batch(&added));
+    let err = written("wrong", WriterOptions::default(), Some(Arc::new(wrong))).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the digest of partition (table) could not be derived: 3100 rows were written where 3101 were expected"
+    );
+}
+
+#[test]
+fn kept_files_are_linked_listed_and_counted_in_the_digest() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = WriterOptions {
+        row_group_rows: 1000,
+        target_file_bytes: 1,
+        ..Default::default()
+    };
+    // The old partition: three files of 1000 rows each.
+    let old = write(
+        &dir.path().join("old"),
+        small.clone(),
+        &[batch(0, 1000), batch(1000, 1000), batch(2000, 1000)],
+    );
+    assert_eq!(old.manifest.files.len(), 3);
+    // A merge keeps files 0 and 2 and rewrites the middle one with new rows.
+    let kept: Vec<KeptFile> = [0, 2]
+        .iter()
+        .map(|&i| KeptFile {
+            path: old.dir.join(&old.manifest.files[i].name),
+            entry: old.manifest.files[i].clone(),
+        })
+        .collect();
+    let schema = batch(0, 1).schema();
+    let mut w = PartitionWriter::new(
+        old.partition.clone(),
+        dir.path().join("new"),
+        Arc::clone(&schema),
+        small,
+    )
+    .unwrap();
+    w.keep(kept, old.manifest.generation + 1).unwrap();
+    w.write(&batch(1000, 1000)).unwrap();
+    let new = w
+        .finish(&RunInfo::default(), describe_schema(&schema, &[]))
+        .unwrap();
+    // Same rows as before: the same digest, computed without reading the kept files.
+    assert_eq!(new.manifest.digest, old.manifest.digest);
+    assert_eq!(new.manifest.rows, 3000);
+    assert_eq!(new.manifest.generation, 1);
+    // The kept files keep their names; the new file is numbered after them, with a
+    // token of its own (no version of a partition reuses another's file names).
+    let names: Vec<&str> = new.manifest.files.iter().map(|f| f.name.as_str()).collect();
+    let old_names: Vec<&str> = old.manifest.files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names[..2], [old_names[0], old_names[2]]);
+    assert!(names[2].ends_with("-00003.parquet"), "{names:?}");
+    assert!(!old_names.contains(&names[2]), "{names:?}");
+    // Kept files are the same inodes; the partition reads as the newest manifest.
+    use std::os::unix::fs::MetadataExt;
+    let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    assert_eq!(ino(&old.dir.join(names[1])), ino(&new.dir.join(names[1])));
+    match crate::manifest::read_partition(&new.dir).unwrap() {
+        crate::manifest::LiveState::Managed(m) => assert_eq!(*m, new.manifest),
+        other => panic!("{other:?}"),
+    }
+}
