@@ -105,6 +105,81 @@ fn source_on(backend: Backend) {
     );
 }
 
+/// A merge whose source is Parquet on an object store: the inputs it records (each
+/// looked up as a possible idem partition, a request to the store) are read off the
+/// async workers, and the table equals the one the same files on disk give.
+#[test]
+fn a_merge_of_parquet_on_an_object_store_equals_the_same_files_on_disk() {
+    let backend = Backend::S3;
+    let lake = Lake::new();
+    let url = format!("s3://{}/raw/orders/", bucket("merge-src"));
+    let raw = lake.join("testdata/lake/raw/orders");
+    readers(&["put", backend.endpoint(), raw.to_str().unwrap(), &url]);
+    let job = |source: &str, out: &str| {
+        format!(
+            r#"
+name = "orders_by_id"
+[sources.orders]
+path = "{source}"
+format = "parquet"
+partitioned_by = ["created_date"]
+[transform]
+sql = "select order_id, status, amount_usd, cast(created_at as date) as dt from orders where created_date = $run_date"
+[target]
+path = "{out}"
+mode = "merge"
+key = ["order_id"]
+partition_by = ["dt"]
+"#
+        )
+    };
+    let local = lake.job("local", &job(raw.to_str().unwrap(), "out/local"));
+    let remote = lake.job("remote", &job(&url, "out/remote"));
+    let run = |job: &str| {
+        let env = backend.env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let out = idem_in(
+            lake.path(),
+            &["run", job, "--date", "2026-06-03", "--json"],
+            &env,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_lines(&out)
+    };
+    run(&local);
+    let first = run(&remote);
+    assert_eq!(
+        actions(&first),
+        vec![("dt=2026-06-03".into(), "written".into())]
+    );
+    assert_eq!(
+        status_digests(&lake, lake.join("out/local").to_str().unwrap()),
+        status_digests(&lake, lake.join("out/remote").to_str().unwrap())
+    );
+    let manifest =
+        idem_io::manifest::read_from_file(&only_file(&lake.join("out/remote/dt=2026-06-03")))
+            .unwrap()
+            .unwrap();
+    assert_eq!(
+        manifest
+            .run
+            .inputs
+            .iter()
+            .map(|i| i.path.as_str())
+            .collect::<Vec<_>>(),
+        [format!("{url}created_date=2026-06-03/part-0.parquet").as_str()]
+    );
+    let again = run(&remote);
+    assert_eq!(
+        actions(&again),
+        vec![("dt=2026-06-03".into(), "unchanged".into())]
+    );
+}
+
 #[test]
 fn storage_options_in_the_job_and_bad_urls_are_explained() {
     let lake = Lake::new();
