@@ -29,6 +29,20 @@ fn a_source_on_an_object_store_gives_the_same_table_as_the_same_files_on_disk() 
     }
 }
 
+/// `idem run JOB --date DATE --json` in the lake with the backend's settings, which
+/// must succeed; its report lines.
+fn run_on(backend: Backend, lake: &Lake, job: &str, date: &str) -> Vec<serde_json::Value> {
+    let env = backend.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = idem_in(lake.path(), &["run", job, "--date", date, "--json"], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json_lines(&out)
+}
+
 fn source_on(backend: Backend) {
     let lake = Lake::new();
     let b = bucket("src");
@@ -50,21 +64,7 @@ fn source_on(backend: Backend) {
             .replace("testdata/lake/raw/orders/", &url)
             .replace("lake/analytics/fct_orders/", "out/remote/"),
     );
-    let run = |job: &str| {
-        let env = backend.env();
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let out = idem_in(
-            lake.path(),
-            &["run", job, "--date", "2026-06-03", "--json"],
-            &env,
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        json_lines(&out)
-    };
+    let run = |job: &str| run_on(backend, &lake, job, "2026-06-03");
     run(&local);
     let first = run(&remote);
     assert_eq!(
@@ -135,21 +135,7 @@ partition_by = ["dt"]
     };
     let local = lake.job("local", &job(raw.to_str().unwrap(), "out/local"));
     let remote = lake.job("remote", &job(&url, "out/remote"));
-    let run = |job: &str| {
-        let env = backend.env();
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let out = idem_in(
-            lake.path(),
-            &["run", job, "--date", "2026-06-03", "--json"],
-            &env,
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        json_lines(&out)
-    };
+    let run = |job: &str| run_on(backend, &lake, job, "2026-06-03");
     run(&local);
     let first = run(&remote);
     assert_eq!(
