@@ -1,8 +1,16 @@
 //! Publishing staged partitions. A partition moves through the types
-//! `WrittenPartition` (staged, invisible to readers) → [`Checked`] (every check passed)
-//! → [`Published`], each consumed by value, so nothing can publish a partition that
-//! was not checked. Backends implement [`CommitBackend`]; `local` swaps directories
-//! with `renameat2`, `object` commits a per-partition marker with a conditional put.
+//! `WrittenPartition` (staged, invisible to readers) → [`Checked`] (every check passed,
+//! made only by [`Checked::all`]) → [`Published`], each consumed by value, and
+//! [`CommitBackend::publish`] requires the table's [`PublishGuard`], so nothing can
+//! publish a partition that was not checked, or outside the publish fence. Backends
+//! implement [`CommitBackend`]; `local` swaps directories with `renameat2`, `object`
+//! commits a per-partition marker with a conditional put. A table is opened by
+//! `table::open`, the one place that chooses its backend.
+//!
+//! The trait is synchronous: a local table's calls are system calls and `flock` waits,
+//! an object-store table drives its requests on one runtime of its own from the
+//! calling thread. Callers in async code make them from the blocking pool, never on a
+//! runtime's worker (see [`crate::blocking`], which debug builds enforce).
 
 pub mod local;
 pub mod object;
