@@ -229,7 +229,6 @@ pub enum TimeColumnKind {
     Other,
 }
 
-/// Every logical date from `from` to `to` inclusive, at the grain, oldest first.
 /// The logical dates a backfill of `from..=to` runs, newest first, for a job with
 /// `lookback` units: each run owns its date and the `lookback` units before it, so
 /// runs are spaced `lookback + 1` apart and no partition is computed twice needlessly
@@ -261,6 +260,7 @@ pub fn backfill_dates(grain: Grain, from: &str, to: &str, lookback: u32) -> Resu
     Ok(out)
 }
 
+/// Every logical date from `from` to `to` inclusive, at the grain, oldest first.
 pub fn dates_between(grain: Grain, from: &str, to: &str) -> Result<Vec<String>> {
     let first = Window::parse(grain, from)?;
     let last = Window::parse(grain, to)?;
