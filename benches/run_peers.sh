@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ranks idem among the peer engines of ../shared/bench in one run, on the same data:
 #   benches/run_peers.sh --engines idem,duckdb,polars --workloads w1 --repeat 3
-# Every argument goes to run_peers.py. Builds target/release/idem first (about 45
+# Every argument goes to run_peers.py. Builds target/release/idem first (up to 45
 # minutes on 2 cores the first time) and keeps the peers' Python environment in
 # $PEERS_VENV (default ~/.cache/peers-venv).
 set -euo pipefail
