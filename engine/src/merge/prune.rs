@@ -199,8 +199,7 @@ pub(super) fn live_files(
                         .into_iter()
                         .filter(|f| {
                             let name = f.file_name().unwrap_or_default().to_string_lossy();
-                            name.ends_with(".parquet")
-                                && !idem_io::commit::object::written_by_idem(&name)
+                            name.ends_with(".parquet") && !idem_io::manifest::written_by_idem(&name)
                         })
                         .map(|f| (f, None)),
                 );

@@ -209,21 +209,3 @@ pub(super) fn new_marker(
 pub(super) fn marker_version(m: &Marker) -> Version {
     Version(m.seq.to_string())
 }
-
-/// Whether `name` is the name of a data file an idem commit copied into a partition.
-pub fn written_by_idem(name: &str) -> bool {
-    seq_of(name).is_some()
-}
-
-/// The sequence number in a data file's name, `part-000003-00000.parquet` → 3 (six
-/// digits at least: `part-1234567-00000.parquet` follows `part-999999-…`).
-pub(super) fn seq_of(name: &str) -> Option<u64> {
-    let rest = name.strip_prefix("part-")?;
-    let (seq, rest) = rest.split_once('-')?;
-    let index = rest.strip_suffix(".parquet")?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if seq.len() < 6 || !digits(seq) || !digits(index) {
-        return None;
-    }
-    seq.parse().ok()
-}

@@ -43,7 +43,7 @@ mod recover;
 mod tests;
 mod upload;
 
-pub use marker::{Marker, MarkerFile, written_by_idem};
+pub use marker::{Marker, MarkerFile};
 pub use probe::{Probe, probe_conditional_writes};
 
 use std::path::{Path, PathBuf};

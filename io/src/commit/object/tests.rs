@@ -1,10 +1,10 @@
 //! Unit tests of the object-store backend's parts.
 
 use super::lease::*;
-use super::marker::*;
 use super::probe::*;
 use super::upload::*;
 use super::*;
+use crate::manifest::seq_of;
 fn lease(pidns: &str, pid: u32, start: u64, process: u64, holder: u64) -> Vec<u8> {
     serde_json::to_vec(&Lease {
         host: hostname(),
