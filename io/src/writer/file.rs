@@ -1,6 +1,7 @@
 //! One data file being written: its handle released between row groups (a run with
-//! many partitions open holds few descriptors), its footer appended on its own thread
-//! so the next row group's encoding does not wait.
+//! many partitions open holds few descriptors, and the write-back of what it wrote
+//! starts early), each closed row group appended on a thread of its own so the next
+//! one's encoding does not wait.
 
 use std::fs::File;
 use std::io::Write;

@@ -1,6 +1,6 @@
-//! Locks, as `flock`s on files under `_idem/<table>/locks/`: one per live run (its
-//! staging is not a dead run's while held), the table's write lock (merges) and its
-//! publish lock (the fence of every publish). The kernel releases them when the
+//! Locks, as `flock`s on files under `_idem/<table>/`: one per live run in `locks/`
+//! (its staging is not a dead run's while held), the table's write lock (merges) and
+//! its publish lock (the fence of every publish). The kernel releases them when the
 //! process dies, so a dead holder never blocks anyone.
 
 use std::os::unix::fs::MetadataExt;
