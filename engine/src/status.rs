@@ -116,7 +116,7 @@ pub fn status(root: &Path) -> Result<TableStatus> {
     for p in table.partitions().map_err(table_err)? {
         let s = match table.live_state(&p).map_err(table_err)? {
             Some(LiveState::Managed(m)) => {
-                let names: Vec<String> = m.files.iter().map(|f| f.name.clone()).collect();
+                let names = m.file_names();
                 let bytes = table.live_bytes(&p, &names);
                 managed_status(&p, *m, bytes)
             }

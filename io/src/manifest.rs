@@ -176,6 +176,11 @@ impl Manifest {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("manifest serializes")
     }
+
+    /// The names of the partition's data files, in the manifest's order.
+    pub fn file_names(&self) -> Vec<String> {
+        self.files.iter().map(|f| f.name.clone()).collect()
+    }
 }
 
 /// Reads the manifest from one Parquet file's footer; `Ok(None)` if it has none.

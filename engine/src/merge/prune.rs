@@ -172,7 +172,7 @@ pub(super) fn live_files(
         let (manifest, names) = match table.live_state(&path)? {
             None => continue,
             Some(LiveState::Managed(m)) => {
-                let listed: Vec<String> = m.files.iter().map(|f| f.name.clone()).collect();
+                let listed = m.file_names();
                 let names = table
                     .read_locations(&path, &listed)?
                     .into_iter()
@@ -188,7 +188,7 @@ pub(super) fn live_files(
             // The commit's files, and Parquet another tool put beside them (as a
             // foreign partition's are read); not files of other commits of idem's.
             Some(LiveState::Unclean { manifest, extra }) => {
-                let listed: Vec<String> = manifest.files.iter().map(|f| f.name.clone()).collect();
+                let listed = manifest.file_names();
                 let mut names: Vec<(PathBuf, Option<idem_io::manifest::FileEntry>)> = table
                     .read_locations(&path, &listed)?
                     .into_iter()

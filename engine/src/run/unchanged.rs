@@ -130,7 +130,7 @@ pub(super) async fn confirm_unchanged(
             if m.digest != digest.finish() || m.schema_fingerprint != schema {
                 return Ok(None);
             }
-            let names: Vec<String> = m.files.iter().map(|f| f.name.clone()).collect();
+            let names = m.file_names();
             let bytes = table.live_bytes(&p, &names).unwrap_or(m.data_bytes);
             partitions.push(PartitionReport {
                 partition: p.to_string(),
