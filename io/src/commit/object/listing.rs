@@ -19,7 +19,7 @@ use super::ObjectTable;
 impl ObjectTable {
     /// Every partition of the table, at any depth: those with a marker, and the
     /// directories holding data files another tool wrote.
-    pub fn partitions(&self) -> Result<Vec<PartitionPath>> {
+    pub(super) fn partitions(&self) -> Result<Vec<PartitionPath>> {
         Ok(self.block(self.scan())?.into_iter().collect())
     }
 
@@ -64,7 +64,7 @@ impl ObjectTable {
     }
 
     /// Whether the prefix holds an idem table (it has partition markers).
-    pub fn is_idem_table(&self) -> Result<bool> {
+    pub(super) fn is_idem_table(&self) -> Result<bool> {
         self.block(async {
             let markers = raw_key(format!("{}/markers", self.meta));
             let mut listed = self.store.list(Some(&markers));
@@ -80,7 +80,7 @@ impl ObjectTable {
     /// Every committed partition read through its marker: the manifest, and the URL of
     /// each file it lists — in the partition, or still in staging while the commit's
     /// apply has not copied it (so a reader never sees a half-applied partition).
-    pub fn committed(&self) -> Result<Vec<CommittedPartition>> {
+    pub(super) fn committed(&self) -> Result<Vec<CommittedPartition>> {
         let base = crate::store::store_base(&self.url).unwrap_or_default();
         let mut out = Vec::new();
         for p in self.partitions()? {
@@ -122,7 +122,7 @@ impl ObjectTable {
     }
 
     /// The table's restatement events, oldest first.
-    pub fn log(&self) -> Result<Vec<Restatement>> {
+    pub(super) fn log(&self) -> Result<Vec<Restatement>> {
         self.block(async {
             let prefix = raw_key(format!("{}/log", self.meta));
             let mut objects = self.list_all(&prefix).await?;
@@ -144,7 +144,7 @@ impl ObjectTable {
     }
 
     /// Runs with staged uploads still present (in progress, dead, or not yet applied).
-    pub fn staged_runs(&self) -> Result<Vec<String>> {
+    pub(super) fn staged_runs(&self) -> Result<Vec<String>> {
         self.block(async {
             let staging = raw_key(format!("{}/staging", self.meta));
             Ok(self
