@@ -91,6 +91,21 @@ pub enum Error {
     #[error("storage URL {url}: {reason}")]
     Url { url: String, reason: String },
 
+    /// A local-disk table used from a second machine: file locks do not reach across
+    /// machines, so idem cannot keep two hosts' writers apart there.
+    #[error(
+        "a run from another machine (`{theirs}`; this is `{ours}`) left its lock \
+         {lock}. A local-disk table is single-host: file locks do not reach across machines, \
+         so writers on two hosts could mix a partition. Write from many hosts to an object \
+         store (s3://, gs://, az://). If no run is alive on `{theirs}` any more (it was \
+         killed, or the disk moved here), delete {lock} and run again."
+    )]
+    OtherHost {
+        lock: PathBuf,
+        theirs: String,
+        ours: String,
+    },
+
     #[error("{op} {url}: {source}")]
     ObjectStore {
         op: &'static str,

@@ -15,6 +15,27 @@
 pub mod local;
 pub mod object;
 
+/// This process's host as leases and lock files name it: `$IDEM_HOST`, else the
+/// kernel's hostname.
+pub(crate) fn hostname() -> String {
+    if let Some(host) = std::env::var("IDEM_HOST")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+    {
+        return host.trim().to_string();
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// This boot of this machine's kernel.
+pub(crate) fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
 use std::path::PathBuf;
 
 use crate::error::Result;

@@ -45,9 +45,41 @@ impl LocalTable {
         // the run then holds its lock on a file the path no longer names, and retries.
         loop {
             if let Some(file) = lock_file(&path, true)? {
+                // Which machine runs it, for a run on another machine to see.
+                let _ = std::io::Write::write_all(&mut &file, machine().as_bytes());
                 return Ok(RunLock { path, _file: file });
             }
         }
+    }
+
+    /// Refuses a table whose run lock `lock` was taken on another machine: the kernel
+    /// there holds that lock, and this one cannot see it.
+    pub(super) fn refuse_other_machine(lock: &Path) -> Result<()> {
+        let Ok(theirs) = std::fs::read_to_string(lock) else {
+            return Ok(());
+        };
+        let ours = machine();
+        let field = |text: &str, name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        };
+        let (their_host, their_boot) = (field(&theirs, "host "), field(&theirs, "boot "));
+        let (our_host, our_boot) = (field(&ours, "host "), field(&ours, "boot "));
+        // Another host name on the same kernel is a container beside this one (the
+        // kernel's locks hold between them); the same host name after a reboot is
+        // this machine.
+        let same_kernel = !our_boot.is_empty() && our_boot == their_boot;
+        if their_host.is_empty() || their_host == our_host || same_kernel {
+            return Ok(());
+        }
+        Err(Error::OtherHost {
+            lock: lock.to_path_buf(),
+            theirs: their_host,
+            ours: our_host,
+        })
     }
 
     /// Serializes read-modify-write writers (merges) of this table: an exclusive
@@ -72,6 +104,17 @@ impl LocalTable {
             .map_err(|e| Error::io("lock", &path)(e.into()))?;
         Ok(file)
     }
+}
+
+/// This machine, as a run lock names it: its host name and, unless `$IDEM_HOST` names
+/// the host, the boot of its kernel.
+fn machine() -> String {
+    let boot = if std::env::var_os("IDEM_HOST").is_some() {
+        String::new()
+    } else {
+        crate::commit::boot_id()
+    };
+    format!("host {}\nboot {boot}\n", crate::commit::hostname())
 }
 
 /// Opens (creating) the lock file at `path` and locks it, waiting for it with `wait`.

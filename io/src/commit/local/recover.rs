@@ -45,6 +45,9 @@ impl LocalTable {
             durable::create_dir_all(&self.locks_dir())?;
         }
         let mut cleaned = Vec::new();
+        for run in &runs {
+            Self::refuse_other_machine(&self.locks_dir().join(format!("{run}.lock")))?;
+        }
         for run in runs {
             let lock_path = self.locks_dir().join(format!("{run}.lock"));
             // Held until the lock file is gone, so a run starting under this id in the

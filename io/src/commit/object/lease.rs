@@ -1,7 +1,7 @@
 //! Leases: a live run's mark (`_idem/<table>/leases/<run id>.json`) and the table's
 //! locks, refreshed every `HEARTBEAT` while held and judged dead only on evidence: a
 //! process gone on this machine, or a lease not refreshed for `DEAD_AFTER` by the
-//! store's clock.
+//! store's clock (`IDEM_LEASE_TIMEOUT`).
 
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
@@ -17,7 +17,21 @@ use super::ObjectTable;
 pub(super) const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Generous against clock skew: the lease's age is the store's clock against ours.
-pub(super) const DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+const DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How long a lease must go unrefreshed before its run counts as dead:
+/// `$IDEM_LEASE_TIMEOUT` seconds, else `DEAD_AFTER`; never less than three heartbeats,
+/// so a live run is never judged dead between two refreshes.
+pub(super) fn dead_after() -> std::time::Duration {
+    static AFTER: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *AFTER.get_or_init(|| {
+        std::env::var("IDEM_LEASE_TIMEOUT")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(DEAD_AFTER, std::time::Duration::from_secs)
+            .max(3 * HEARTBEAT)
+    })
+}
 
 /// A run's lease: `_idem/<table>/leases/<run id>.json` (and the body of the write
 /// lock). It says who holds it, precisely enough for another process to tell whether
@@ -51,17 +65,7 @@ pub(super) struct Lease {
     pub(super) beat: u64,
 }
 
-pub(super) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
-}
-
-pub(super) fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
-}
+pub(super) use crate::commit::{boot_id, hostname};
 
 pub(super) fn pid_namespace() -> String {
     std::fs::read_link("/proc/self/ns/pid")
@@ -163,7 +167,7 @@ pub(super) fn lease_dead(
     if same_namespace && process_gone(lease.pid, lease.start) {
         return true;
     }
-    store_now - modified >= chrono::Duration::from_std(DEAD_AFTER).expect("fits")
+    store_now - modified >= chrono::Duration::from_std(dead_after()).expect("fits")
 }
 
 /// Whether the process `pid` that started at `start` (0: unknown) is gone: no process
@@ -288,7 +292,7 @@ impl ObjectTable {
                     Err(e) => return Err(self.err("take over the lock", &key)(e)),
                 }
             }
-            if started.elapsed() > DEAD_AFTER {
+            if started.elapsed() > dead_after() {
                 return Err(Error::Contention {
                     op: "wait for the table's lock (held by a live writer)",
                     location: format!("{}/{key}", self.url),

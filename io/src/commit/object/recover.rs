@@ -4,7 +4,7 @@
 
 use object_store::ObjectStoreExt;
 
-use super::lease::DEAD_AFTER;
+use super::lease::dead_after;
 use super::marker::Marker;
 use crate::error::{Error, Result};
 use crate::hive::PartitionPath;
@@ -101,7 +101,7 @@ impl ObjectTable {
         // A probe lives for milliseconds: one older than a dead lease was left by a
         // killed process.
         let probes = raw_key(format!("{}/probe", self.meta));
-        let stale = chrono::Utc::now() - DEAD_AFTER;
+        let stale = chrono::Utc::now() - dead_after();
         for o in self.list_all(&probes).await? {
             if o.last_modified < stale {
                 self.delete_quiet(&o.location).await?;

@@ -29,7 +29,7 @@ fn a_lease_is_dead_only_on_evidence() {
     let my_start = start_time(me).unwrap();
     // No such pid here, but another pid namespace: alive until stale.
     assert!(!lease_dead(&lease("pid:[1]", 4_000_000, 1, 7, 1), now, now));
-    let stale = now - chrono::Duration::from_std(DEAD_AFTER).unwrap();
+    let stale = now - chrono::Duration::from_std(dead_after()).unwrap();
     assert!(lease_dead(
         &lease("pid:[1]", 4_000_000, 1, 7, 1),
         stale,
