@@ -1,11 +1,11 @@
 //! The `idem` command line: parses arguments, calls the engine, renders results.
 //!
-//! Exit codes: 0 success; 1 the run failed while reading, computing or writing (the
-//! table is left with every partition old or new); 2 bad input — arguments, job file,
-//! SQL, or a determinism or layout check — and nothing was written; 3 a check on the
-//! staged output failed and nothing was published; 4 `idem verify` found that two runs
-//! of the same date differ.
+//! Exit codes are a contract for retry policies (`idem_engine::exit`, docs/cli.md):
+//! 0 success; 1 reading, writing or committing failed and a retry may succeed; 2 bad
+//! input; 3 a check on the staged output failed; 4 `idem verify` found two runs of a
+//! date differ; 5 the transform failed on the date's data. Only 1 is worth retrying.
 
+mod backfill;
 mod render;
 
 use std::io::IsTerminal;
@@ -39,8 +39,11 @@ enum Command {
     Run(RunArgs),
     /// Run a job twice into scratch space and compare: is it deterministic?
     Verify(RunArgs),
-    /// Run a job for every date of a range, newest first.
-    Backfill(BackfillArgs),
+    /// Run a job for every date of a range, newest first (a project: every job, in
+    /// dependency order); with --index or --shard, a worker's share of the units.
+    Backfill(backfill::BackfillArgs),
+    /// List the (job, date) units a backfill of a range runs, in its order.
+    Dates(backfill::DatesArgs),
     /// Show a table's partitions as their manifests describe them.
     Status(StatusArgs),
     /// Remove what dead runs left in a table's staging area (live runs are untouched).
@@ -68,40 +71,6 @@ struct RunArgs {
     #[arg(long = "var", value_name = "NAME=VALUE")]
     vars: Vec<String>,
     /// Print the result as JSON on stdout.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Args, Debug)]
-struct BackfillArgs {
-    /// A job file, or a project folder of job files (run in dependency order).
-    job: PathBuf,
-    /// With a project: jobs that read other jobs' tables run only for the dates whose
-    /// partitions became stale.
-    #[arg(long)]
-    cascade: bool,
-    /// First logical date (inclusive).
-    #[arg(long)]
-    from: String,
-    /// Last logical date (inclusive).
-    #[arg(long)]
-    to: String,
-    #[arg(long = "var", value_name = "NAME=VALUE")]
-    vars: Vec<String>,
-    /// Start with the oldest date (default: newest first).
-    #[arg(long)]
-    oldest_first: bool,
-    /// Stop starting new dates after the first failure.
-    #[arg(long)]
-    fail_fast: bool,
-    /// How many dates run at once (default: twice the number of CPUs, at most 4).
-    #[arg(long)]
-    concurrency: Option<usize>,
-    /// Skip dates whose partitions were written by this job and idem version from
-    /// inputs that have not changed since.
-    #[arg(long)]
-    skip_fresh: bool,
-    /// Print JSON lines on stdout: a `start` and a `done`/`failed` event per date.
     #[arg(long)]
     json: bool,
 }
@@ -193,14 +162,14 @@ fn init_tracing(verbose: u8) {
         .try_init();
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")
 }
 
-fn parse_vars(vars: &[String]) -> Result<Vec<Var>, idem_engine::Error> {
+pub(crate) fn parse_vars(vars: &[String]) -> Result<Vec<Var>, idem_engine::Error> {
     vars.iter().map(|v| Var::parse(v)).collect()
 }
 
@@ -224,7 +193,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print_report(&report, args.json)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Backfill(args) => backfill(args),
+        Command::Backfill(args) => backfill::backfill(args),
+        Command::Dates(args) => backfill::dates(args),
         Command::Verify(args) => {
             let job = Job::load(&args.job)?;
             let opts = RunOptions {
@@ -241,7 +211,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(if report.deterministic {
                 ExitCode::SUCCESS
             } else {
-                ExitCode::from(4)
+                ExitCode::from(idem_engine::exit::NOT_DETERMINISTIC)
             })
         }
         Command::Status(args) => {
@@ -343,151 +313,6 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         eprintln!("warning: {w}");
     }
     Ok(())
-}
-
-fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
-    let rt = runtime()?;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // Ctrl-C: start no further date and let the running ones finish (each publishes
-    // atomically, so nothing is left half-done); a second Ctrl-C abandons them, which
-    // is safe too: a killed run leaves every partition old or new.
-    let flag = Arc::clone(&stop);
-    rt.spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            flag.store(true, std::sync::atomic::Ordering::SeqCst);
-            eprintln!(
-                "interrupted: finishing the dates already running (Ctrl-C again to abandon them)"
-            );
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!(
-                    "abandoned; every partition is old or new, re-run the backfill to finish"
-                );
-                std::process::exit(130);
-            }
-        }
-    });
-    if args.job.is_dir() {
-        return backfill_project(&rt, &args, stop);
-    }
-    if args.cascade {
-        anyhow::bail!(
-            "--cascade needs a project folder (a directory of job files), not a job file"
-        );
-    }
-    let job = Job::load(&args.job)?;
-    let dates =
-        idem_engine::window::backfill_dates(job.target.grain, &args.from, &args.to, job.lookback)?;
-    Ok(ExitCode::from(backfill_job(&rt, &job, dates, &args, stop)?))
-}
-
-/// A project: every job in dependency order. With `--cascade`, jobs that read other
-/// jobs' tables run only for the dates whose partitions became stale.
-fn backfill_project(
-    rt: &tokio::runtime::Runtime,
-    args: &BackfillArgs,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) -> anyhow::Result<ExitCode> {
-    let project = idem_engine::project::Project::load(&args.job)?;
-    let mut code = 0u8;
-    for job in &project.jobs {
-        if stop.load(std::sync::atomic::Ordering::SeqCst) {
-            break;
-        }
-        let downstream = !project.upstream[&job.name].is_empty();
-        let dates = if args.cascade && downstream {
-            let mut dates: Vec<String> = project
-                .stale()?
-                .into_iter()
-                .filter(|s| s.job == job.name)
-                .map(|s| s.logical_date)
-                .collect();
-            dates.sort_by(|a, b| b.cmp(a));
-            dates.dedup();
-            dates
-        } else {
-            idem_engine::window::backfill_dates(
-                job.target.grain,
-                &args.from,
-                &args.to,
-                job.lookback,
-            )?
-        };
-        if dates.is_empty() {
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"event": "nothing_stale", "job": job.name})
-                );
-            } else {
-                println!("{}: nothing stale", job.name);
-            }
-            continue;
-        }
-        code = code.max(backfill_job(rt, job, dates, args, Arc::clone(&stop))?);
-    }
-    Ok(ExitCode::from(code))
-}
-
-/// Backfills one job over `dates` (newest first unless --oldest-first); returns the
-/// exit code.
-fn backfill_job(
-    rt: &tokio::runtime::Runtime,
-    job: &Job,
-    mut dates: Vec<String>,
-    args: &BackfillArgs,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) -> anyhow::Result<u8> {
-    let vars = parse_vars(&args.vars)?;
-    if args.oldest_first {
-        dates.reverse();
-    }
-    // Two dates per CPU (at most 4): one date's serial steps (planning, listing, fsync,
-    // publish) leave its cores idle, and another date fills them.
-    let concurrency = args.concurrency.unwrap_or_else(|| {
-        (2 * std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1))
-        .min(4)
-    });
-    let opts = idem_engine::backfill::BackfillOptions {
-        dates: dates.clone(),
-        vars,
-        concurrency,
-        fail_fast: args.fail_fast,
-        skip_fresh: args.skip_fresh,
-        stop,
-    };
-    let json = args.json;
-    let progress =
-        render::BackfillProgress::new(dates.len(), !json && std::io::stderr().is_terminal());
-    let events = Arc::clone(&progress);
-    let on_event: Arc<dyn Fn(idem_engine::backfill::Event) + Send + Sync> = Arc::new(move |e| {
-        if json {
-            if let Ok(line) = serde_json::to_string(&e) {
-                println!("{line}");
-            }
-        } else {
-            events.event(&e);
-        }
-    });
-    let started = std::time::Instant::now();
-    let outcomes = rt.block_on(idem_engine::backfill::backfill(job, &opts, on_event));
-    progress.finish();
-    let mut summary = render::BackfillSummary::of(&outcomes, dates.len(), started.elapsed());
-    summary.job = job.name.clone();
-    summary.interrupted = opts.stop.load(std::sync::atomic::Ordering::SeqCst) && !args.fail_fast;
-    if json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        summary.print(&job.name);
-    }
-    let code = outcomes
-        .iter()
-        .filter_map(|o| o.result.as_ref().err())
-        .map(idem_engine::Error::exit_code)
-        .max()
-        .unwrap_or(if summary.not_run > 0 { 1 } else { 0 });
-    Ok(code)
 }
 
 fn gen_data(g: GenCommand) -> anyhow::Result<ExitCode> {

@@ -278,6 +278,8 @@ pub struct BackfillSummary {
     pub failed: usize,
     /// Dates never started (after a failure with --fail-fast or a bad job).
     pub not_run: usize,
+    /// Dates not run because a date of an upstream job they read did not succeed.
+    pub skipped: usize,
     pub written: usize,
     pub unchanged: usize,
     pub emptied: usize,
@@ -309,6 +311,7 @@ impl BackfillSummary {
             succeeded: reports.len(),
             failed,
             not_run: dates - outcomes.len(),
+            skipped: 0,
             written: count(Action::Written),
             unchanged: count(Action::Unchanged),
             emptied: count(Action::Emptied),
@@ -327,11 +330,12 @@ impl BackfillSummary {
             );
         }
         println!(
-            "backfill {job}: {} dates, {} succeeded, {} failed, {} not run; partitions: {} written, \
-             {} unchanged, {} emptied, {} fresh; {} rows in {:.2} s",
+            "backfill {job}: {} dates, {} succeeded, {} failed, {} skipped, {} not run; partitions: \
+             {} written, {} unchanged, {} emptied, {} fresh; {} rows in {:.2} s",
             self.dates,
             self.succeeded,
             self.failed,
+            self.skipped,
             self.not_run,
             self.written,
             self.unchanged,

@@ -45,6 +45,9 @@ pub enum Event {
         logical_date: String,
         error: String,
         bad_input: bool,
+        /// The exit code this failure gives (see `crate::exit`); only 1 is worth
+        /// retrying.
+        exit_code: u8,
         ms: u64,
     },
 }
@@ -106,6 +109,7 @@ pub async fn backfill(
                         logical_date: date.clone(),
                         error: e.to_string(),
                         bad_input: e.is_bad_input(),
+                        exit_code: e.exit_code(),
                         ms,
                     })
                 }

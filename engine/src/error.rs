@@ -1,6 +1,6 @@
 //! Errors of the engine. Each says which job file, source, key or partition it is
 //! about and, where one helps, ends with a hint. [`Error::exit_code`] is the one
-//! mapping from an error to the command's exit code.
+//! mapping from an error to the command's exit code, and [`exit`] the contract.
 
 use std::path::PathBuf;
 
@@ -47,6 +47,10 @@ pub enum Error {
 
     #[error("invalid --var `{value}`: {message}")]
     BadVar { value: String, message: String },
+
+    /// An argument that does not fit the others (`--index` past the range's end).
+    #[error("{message}")]
+    Argument { message: String },
 
     #[error("job file {path}: the output {message}")]
     Output { path: PathBuf, message: String },
@@ -110,6 +114,37 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The exit codes of `idem`: a stable contract that retry policies (Kubernetes'
+/// `podFailurePolicy`, Airflow and Dagster retries) key on. [`RETRY`](exit::RETRY) means
+/// a retry may succeed; every other failure code means the same input fails again.
+pub mod exit {
+    /// Every date ran (written, unchanged, emptied or fresh).
+    pub const OK: u8 = 0;
+    /// Reading, writing or committing failed: I/O, the store, contention with another
+    /// writer, a lost lease, memory. Nothing was half-published; a retry may succeed.
+    pub const RETRY: u8 = 1;
+    /// Bad input: the arguments, the job file, its SQL, a determinism or layout rule.
+    pub const BAD_INPUT: u8 = 2;
+    /// A check on the staged output failed; nothing was published.
+    pub const CHECK_FAILED: u8 = 3;
+    /// `idem verify` found that two runs of the same date differ.
+    pub const NOT_DETERMINISTIC: u8 = 4;
+    /// The transform failed on the date's data (a cast that does not fit, a division
+    /// by zero); nothing was published.
+    pub const DATA: u8 = 5;
+    /// Interrupted (a second Ctrl-C abandoned the running dates).
+    pub const INTERRUPTED: u8 = 130;
+
+    /// Whether a retry of a command that ended with `code` may succeed: 1, and any
+    /// code outside the contract (killed by a signal, a crash).
+    pub fn retryable(code: u8) -> bool {
+        !matches!(
+            code,
+            OK | BAD_INPUT | CHECK_FAILED | NOT_DETERMINISTIC | DATA
+        )
+    }
+}
+
 /// What is wrong with a table, without repeating its path.
 fn table_problem(e: &idem_io::Error) -> String {
     match e {
@@ -146,18 +181,52 @@ impl Error {
         None
     }
 
-    /// The exit code a command that failed with this error ends with: 3 when a check
-    /// on the staged output failed, 2 for bad input (the job file, the arguments, the
-    /// SQL, a determinism or layout check), 1 for a failure while reading, computing
-    /// or writing.
+    /// The exit code a command that failed with this error ends with (see [`exit`]).
     pub fn exit_code(&self) -> u8 {
         if self.is_check_failure() {
-            3
+            exit::CHECK_FAILED
         } else if self.is_bad_input() {
-            2
+            exit::BAD_INPUT
+        } else if self.is_data_error() {
+            exit::DATA
         } else {
-            1
+            exit::RETRY
         }
+    }
+
+    /// True when retrying the same command on the same input may succeed: a failure
+    /// of I/O, of the store, of contention with another writer or of memory.
+    pub fn is_retryable(&self) -> bool {
+        self.exit_code() == exit::RETRY
+    }
+
+    /// True when the transform itself failed on the date's data (a cast that does
+    /// not fit, a division by zero): DataFusion's error carries no I/O, store or
+    /// memory failure, so the same input fails the same way again.
+    pub fn is_data_error(&self) -> bool {
+        let Error::Execution { source, .. } = self else {
+            return false;
+        };
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+        while let Some(e) = next {
+            if e.is::<std::io::Error>() || e.is::<object_store::Error>() || e.is::<idem_io::Error>()
+            {
+                return false;
+            }
+            if let Some(df) = e.downcast_ref::<datafusion::error::DataFusionError>() {
+                use datafusion::error::DataFusionError as D;
+                match df {
+                    D::ResourcesExhausted(_) | D::IoError(_) | D::ObjectStore(_) => return false,
+                    D::Shared(inner) => {
+                        next = Some(inner.as_ref());
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            next = e.source();
+        }
+        true
     }
 
     /// True when a check on the staged output failed (exit code 3).
@@ -178,9 +247,14 @@ impl Error {
                 | Error::Parameter { .. }
                 | Error::BadDate { .. }
                 | Error::BadVar { .. }
+                | Error::Argument { .. }
                 | Error::Output { .. }
                 | Error::Partition { .. }
                 | Error::Target { .. }
+                | Error::Storage {
+                    source: idem_io::Error::OtherHost { .. },
+                    ..
+                }
         )
     }
 }

@@ -20,11 +20,12 @@ mod sql;
 pub mod status;
 pub mod table;
 pub mod target;
+pub mod units;
 mod utc_date;
 pub mod verify;
 pub mod window;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, exit};
 
 /// Runs `f`, which makes synchronous storage calls (waits for locks, drives
 /// object-store requests), on the runtime's blocking pool: a worker thread of the

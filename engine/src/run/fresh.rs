@@ -67,7 +67,9 @@ pub fn fresh_partitions(job: &Job, opts: &RunOptions) -> Result<Option<Vec<Parti
             partition: p.to_string(),
             action: Action::Fresh,
             rows: m.rows,
-            bytes: m.data_bytes,
+            bytes: table
+                .live_bytes(&p, &m.file_names())
+                .unwrap_or(m.data_bytes),
             files: m.files.len(),
             digest: m.digest.clone(),
             publish: None,

@@ -1,0 +1,393 @@
+//! `idem backfill` and `idem dates`: a range of logical dates for a job or a project,
+//! run here (all of it, or a worker's share with `--index` / `--shard`) or listed as
+//! units for an orchestrator. A unit whose upstream unit failed is not run: it is
+//! reported skipped, with the upstream failure as its reason.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
+use clap::Args;
+use idem_engine::backfill::Outcome;
+use idem_engine::job::Job;
+use idem_engine::units::{Jobs, Pick, Unit};
+
+use crate::{parse_vars, render, runtime};
+
+#[derive(Args, Debug)]
+pub struct BackfillArgs {
+    /// A job file, or a project folder of job files (run in dependency order).
+    job: PathBuf,
+    /// With a project: jobs that read other jobs' tables run only for the dates whose
+    /// partitions became stale.
+    #[arg(long)]
+    cascade: bool,
+    /// First logical date (inclusive).
+    #[arg(long)]
+    from: String,
+    /// Last logical date (inclusive).
+    #[arg(long)]
+    to: String,
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
+    /// Start with the oldest date (default: newest first).
+    #[arg(long)]
+    oldest_first: bool,
+    /// Stop starting new dates after the first failure.
+    #[arg(long)]
+    fail_fast: bool,
+    /// How many dates run at once (default: twice the number of CPUs, at most 4).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Skip dates whose partitions were written by this job and idem version from
+    /// inputs that have not changed since.
+    #[arg(long)]
+    skip_fresh: bool,
+    /// Run only unit I of the range, as `idem dates` numbers them (from 0), after
+    /// bringing the upstream units it reads up to date. `--index` without a value
+    /// reads I from JOB_COMPLETION_INDEX, as Kubernetes Indexed Jobs set it.
+    #[arg(
+        long,
+        value_name = "I",
+        num_args = 0..=1,
+        default_missing_value = "",
+        conflicts_with_all = ["shard", "cascade"]
+    )]
+    index: Option<String>,
+    /// Run only shard K of N (K from 0): the units whose index modulo N is K, after
+    /// bringing the upstream units they read up to date.
+    #[arg(long, value_name = "K/N", conflicts_with = "cascade")]
+    shard: Option<String>,
+    /// Print JSON lines on stdout: a `start` and a `done`/`failed`/`skipped` event per
+    /// date, and a `summary` per job.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DatesArgs {
+    /// A job file, or a project folder of job files.
+    job: PathBuf,
+    /// First logical date (inclusive).
+    #[arg(long)]
+    from: String,
+    /// Last logical date (inclusive).
+    #[arg(long)]
+    to: String,
+    /// Only the units that are not fresh (as --skip-fresh decides), and those that
+    /// read one of them. Indices stay those of the whole range.
+    #[arg(long)]
+    stale: bool,
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
+    /// Print the units as one JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+fn load(path: &std::path::Path) -> Result<Jobs, idem_engine::Error> {
+    if path.is_dir() {
+        Ok(Jobs::project(idem_engine::project::Project::load(path)?))
+    } else {
+        Ok(Jobs::one(Job::load(path)?))
+    }
+}
+
+pub fn dates(args: DatesArgs) -> anyhow::Result<ExitCode> {
+    let jobs = load(&args.job)?;
+    let mut units = jobs.units(&args.from, &args.to)?;
+    let all = units.len();
+    if args.stale {
+        units = jobs.stale(units, &parse_vars(&args.vars)?)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&units)?);
+    } else {
+        for u in &units {
+            let after = if u.after.is_empty() {
+                String::new()
+            } else {
+                let list: Vec<String> = u.after.iter().map(usize::to_string).collect();
+                format!("  after {}", list.join(","))
+            };
+            println!("{:>5}  {}  {}{after}", u.index, u.job, u.date);
+        }
+        eprintln!("{} of {all} units", units.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A unit that did not succeed, as its dependents report it.
+struct Blocked {
+    job: String,
+    date: String,
+    code: u8,
+    /// Why its dependents are skipped: the first upstream failure, named.
+    reason: String,
+}
+
+pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Ctrl-C: start no further date and let the running ones finish (each publishes
+    // atomically, so nothing is left half-done); a second Ctrl-C abandons them, which
+    // is safe too: a killed run leaves every partition old or new.
+    let flag = Arc::clone(&stop);
+    rt.spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            flag.store(true, SeqCst);
+            eprintln!(
+                "interrupted: finishing the dates already running (Ctrl-C again to abandon them)"
+            );
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!(
+                    "abandoned; every partition is old or new, re-run the backfill to finish"
+                );
+                std::process::exit(idem_engine::exit::INTERRUPTED.into());
+            }
+        }
+    });
+    if args.cascade && !args.job.is_dir() {
+        anyhow::bail!(
+            "--cascade needs a project folder (a directory of job files), not a job file"
+        );
+    }
+    let jobs = load(&args.job)?;
+    let pick = match (&args.index, &args.shard) {
+        (Some(i), _) => Some(Pick::index(i)?),
+        (None, Some(s)) => Some(Pick::shard(s)?),
+        (None, None) => None,
+    };
+    let worker = match pick {
+        Some(pick) => Some(worker_units(&jobs, &args, pick)?),
+        None => None,
+    };
+    let mut blocked: Vec<Blocked> = Vec::new();
+    let mut code = 0u8;
+    for job in &jobs.jobs {
+        if stop.load(SeqCst) {
+            break;
+        }
+        // The dates to run for this job, each list with its --skip-fresh.
+        let batches: Vec<(Vec<String>, bool)> = match &worker {
+            Some(units) => worker_batches(units, job, args.skip_fresh),
+            None if args.cascade && !jobs.upstream[&job.name].is_empty() => {
+                let mut dates: Vec<String> = idem_engine::project::Project {
+                    jobs: jobs.jobs.clone(),
+                    upstream: jobs.upstream.clone(),
+                }
+                .stale()?
+                .into_iter()
+                .filter(|s| s.job == job.name)
+                .map(|s| s.logical_date)
+                .collect();
+                dates.sort_by(|a, b| b.cmp(a));
+                dates.dedup();
+                if dates.is_empty() {
+                    if args.json {
+                        println!(
+                            "{}",
+                            serde_json::json!({"event": "nothing_stale", "job": job.name})
+                        );
+                    } else {
+                        println!("{}: nothing stale", job.name);
+                    }
+                }
+                vec![(dates, args.skip_fresh)]
+            }
+            None => vec![(
+                idem_engine::window::backfill_dates(
+                    job.target.grain,
+                    &args.from,
+                    &args.to,
+                    job.lookback,
+                )?,
+                args.skip_fresh,
+            )],
+        };
+        for (dates, skip_fresh) in batches {
+            if dates.is_empty() {
+                continue;
+            }
+            let (run, skipped) = skip_blocked(&jobs, job, dates, &blocked, args.json)?;
+            for b in &skipped {
+                code = code.max(b.code);
+            }
+            let skipped_count = skipped.len();
+            blocked.extend(skipped);
+            let started = run.len();
+            let outcomes = backfill_job(
+                &rt,
+                job,
+                run,
+                &args,
+                skip_fresh,
+                skipped_count,
+                Arc::clone(&stop),
+            )?;
+            for o in &outcomes {
+                if let Err(e) = &o.result {
+                    code = code.max(e.exit_code());
+                    let first = e.to_string();
+                    let first = first.lines().next().unwrap_or_default().to_string();
+                    blocked.push(Blocked {
+                        job: job.name.clone(),
+                        date: o.date.clone(),
+                        code: e.exit_code(),
+                        reason: format!(
+                            "upstream `{}` failed for {} (exit {}): {first}",
+                            job.name,
+                            o.date,
+                            e.exit_code()
+                        ),
+                    });
+                }
+            }
+            if outcomes.len() < started {
+                // Stopped (Ctrl-C, --fail-fast) before every date started.
+                code = code.max(idem_engine::exit::RETRY);
+            }
+        }
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// A worker's units: those `pick` selects and the upstream units they read, by job
+/// and whether the worker was asked for them (false: only to bring them up to date).
+fn worker_units(jobs: &Jobs, args: &BackfillArgs, pick: Pick) -> anyhow::Result<Vec<(Unit, bool)>> {
+    let units = jobs.units(&args.from, &args.to)?;
+    let selected = idem_engine::units::select(&units, pick)?;
+    let all = idem_engine::units::with_upstream(&units, &selected);
+    Ok(all
+        .into_iter()
+        .map(|i| (units[i].clone(), selected.contains(&i)))
+        .collect())
+}
+
+/// A worker's dates of `job`: the upstream ones it brings up to date (always with
+/// --skip-fresh: a done upstream unit costs a manifest read), then its own.
+fn worker_batches(units: &[(Unit, bool)], job: &Job, skip_fresh: bool) -> Vec<(Vec<String>, bool)> {
+    let of = |own: bool| -> Vec<String> {
+        units
+            .iter()
+            .filter(|(u, asked)| u.job == job.name && *asked == own)
+            .map(|(u, _)| u.date.clone())
+            .collect()
+    };
+    vec![(of(false), true), (of(true), skip_fresh)]
+}
+
+/// Splits `dates` of `job` into those to run and those skipped because a unit they
+/// read did not succeed; reports the skipped ones.
+fn skip_blocked(
+    jobs: &Jobs,
+    job: &Job,
+    dates: Vec<String>,
+    blocked: &[Blocked],
+    json: bool,
+) -> anyhow::Result<(Vec<String>, Vec<Blocked>)> {
+    let mut run = Vec::new();
+    let mut skipped = Vec::new();
+    for date in dates {
+        let mut cause = None;
+        for b in blocked {
+            if jobs.reads(job, &date, jobs.job(&b.job), &b.date)? {
+                cause = Some(b);
+                break;
+            }
+        }
+        let Some(b) = cause else {
+            run.push(date);
+            continue;
+        };
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "event": "skipped",
+                    "job": job.name,
+                    "logical_date": date,
+                    "upstream_job": b.job,
+                    "upstream_date": b.date,
+                    "exit_code": b.code,
+                    "reason": b.reason,
+                })
+            );
+        } else {
+            println!("{}  {date}  SKIPPED: {}", job.name, b.reason);
+        }
+        skipped.push(Blocked {
+            job: job.name.clone(),
+            date,
+            code: b.code,
+            reason: b.reason.clone(),
+        });
+    }
+    Ok((run, skipped))
+}
+
+/// Backfills one job over `dates` (newest first unless --oldest-first); returns what
+/// each date did.
+fn backfill_job(
+    rt: &tokio::runtime::Runtime,
+    job: &Job,
+    mut dates: Vec<String>,
+    args: &BackfillArgs,
+    skip_fresh: bool,
+    skipped: usize,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Vec<Outcome>> {
+    let vars = parse_vars(&args.vars)?;
+    if args.oldest_first {
+        dates.reverse();
+    }
+    // Two dates per CPU (at most 4): one date's serial steps (planning, listing, fsync,
+    // publish) leave its cores idle, and another date fills them.
+    let concurrency = args.concurrency.unwrap_or_else(|| {
+        (2 * std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1))
+        .min(4)
+    });
+    let opts = idem_engine::backfill::BackfillOptions {
+        dates: dates.clone(),
+        vars,
+        concurrency,
+        fail_fast: args.fail_fast,
+        skip_fresh,
+        stop,
+    };
+    let json = args.json;
+    let progress =
+        render::BackfillProgress::new(dates.len(), !json && std::io::stderr().is_terminal());
+    let events = Arc::clone(&progress);
+    let on_event: Arc<dyn Fn(idem_engine::backfill::Event) + Send + Sync> = Arc::new(move |e| {
+        if json {
+            if let Ok(line) = serde_json::to_string(&e) {
+                println!("{line}");
+            }
+        } else {
+            events.event(&e);
+        }
+    });
+    let started = std::time::Instant::now();
+    let outcomes = if dates.is_empty() {
+        Vec::new()
+    } else {
+        rt.block_on(idem_engine::backfill::backfill(job, &opts, on_event))
+    };
+    progress.finish();
+    let mut summary = render::BackfillSummary::of(&outcomes, dates.len(), started.elapsed());
+    summary.job = job.name.clone();
+    summary.dates += skipped;
+    summary.skipped = skipped;
+    summary.interrupted = opts.stop.load(SeqCst) && !args.fail_fast;
+    if json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        summary.print(&job.name);
+    }
+    Ok(outcomes)
+}

@@ -1,0 +1,119 @@
+//! The exit-code contract retry policies key on (docs/cli.md): one test per code, each
+//! with the table left as it was by every failure.
+
+use crate::common::*;
+
+/// A daily job whose select list is `select`; `extra` goes at the end of the file.
+fn job(lake: &Lake, name: &str, select: &str, extra: &str) -> String {
+    lake.job(
+        name,
+        &format!(
+            r#"
+name = "{name}"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = ["created_date"]
+[transform]
+sql = "select {select}, cast(created_at as date) as dt from orders where created_date = $run_date"
+[target]
+path = "out/{name}"
+partition_by = ["dt"]
+{extra}
+"#
+        ),
+    )
+}
+
+/// Runs `args` in the lake with `env`; asserts the exit code and that the stderr holds
+/// `text`.
+fn ends(lake: &Lake, args: &[&str], env: &[(&str, &str)], code: i32, text: &str) {
+    let out = idem_in(lake.path(), args, env);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    assert!(err.contains(text), "{args:?}: {err}");
+}
+
+const DAY: [&str; 2] = ["--date", "2026-06-02"];
+
+#[test]
+fn every_exit_code_of_the_contract() {
+    let lake = Lake::new();
+    let run = |job: &str, env: &[(&str, &str)], code: i32, text: &str| {
+        ends(&lake, &["run", job, DAY[0], DAY[1]], env, code, text)
+    };
+    // 0: done.
+    run(&job(&lake, "plain", "order_id, status", ""), &[], 0, "");
+    let table = lake.join("out/plain");
+    let before = snapshot(&table);
+
+    // 1: storage failed (an injected I/O error listing a new table): nothing was
+    // published, and a retry succeeds.
+    let retry = job(&lake, "retry", "order_id, status", "");
+    run(
+        &retry,
+        &[("IDEM_FAULTS", "fail@2")],
+        1,
+        "injected fault (list)",
+    );
+    assert!(!lake.join("out/retry/dt=2026-06-02").exists());
+    run(&retry, &[], 0, "");
+
+    // 2: bad input, with the job file named.
+    let bad = job(&lake, "plain", "order_id, no_such_column", "");
+    run(&bad, &[], 2, "job file jobs/plain.toml");
+    assert_eq!(snapshot(&table), before);
+
+    // 3: a check on the staged output failed, nothing published.
+    let checked = job(
+        &lake,
+        "plain",
+        "order_id, status",
+        "[checks]\nmax_rows = 10\n",
+    );
+    run(&checked, &[], 3, "check `max_rows");
+    assert_eq!(snapshot(&table), before);
+
+    // 4: `idem verify` found that two runs of the date differ.
+    let clocky = job(&lake, "clocky", "order_id, random() as x", "");
+    let text = std::fs::read_to_string(lake.join(&clocky)).unwrap();
+    std::fs::write(
+        lake.join(&clocky),
+        text.replace(
+            "name = \"clocky\"",
+            "name = \"clocky\"\nallow_nondeterministic = true",
+        ),
+    )
+    .unwrap();
+    let out = idem_in(lake.path(), &["verify", &clocky, DAY[0], DAY[1]], &[]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NOT deterministic"));
+
+    // 5: the transform failed on the date's data (a cast that does not fit): the same
+    // input fails again, and nothing is published.
+    let cast = job(
+        &lake,
+        "casty",
+        "order_id, cast(status as int) as status",
+        "",
+    );
+    run(&cast, &[], 5, "Cast error");
+    assert!(!lake.join("out/casty/dt=2026-06-02").exists());
+    assert_eq!(snapshot(&table), before);
+
+    // A backfill ends with its worst code, and each failed date carries its own.
+    let range = ["--from", "2026-06-01", "--to", "2026-06-02", "--json"];
+    let out = idem_in(
+        lake.path(),
+        &[
+            "backfill", &cast, range[0], range[1], range[2], range[3], range[4],
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(5));
+    let failed: Vec<serde_json::Value> = json_lines(&out)
+        .into_iter()
+        .filter(|e| e["event"] == "failed")
+        .collect();
+    assert_eq!(failed.len(), 2);
+    assert!(failed.iter().all(|e| e["exit_code"] == 5), "{failed:?}");
+}
