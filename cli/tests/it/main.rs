@@ -7,6 +7,7 @@ mod common;
 mod concurrent;
 mod conformance;
 mod crash;
+mod deploy;
 mod exit_codes;
 mod fanout;
 mod guard;
