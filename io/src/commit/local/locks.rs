@@ -68,11 +68,11 @@ impl LocalTable {
         };
         let (their_host, their_boot) = (field(&theirs, "host "), field(&theirs, "boot "));
         let (our_host, our_boot) = (field(&ours, "host "), field(&ours, "boot "));
-        // Another host name on the same kernel is a container beside this one (the
-        // kernel's locks hold between them); the same host name after a reboot is
-        // this machine.
+        // The same kernel (a container beside this one, a process naming its host
+        // otherwise) shares this one's locks; the same host after a reboot is this
+        // machine. Only another host on another kernel is another machine.
         let same_kernel = !our_boot.is_empty() && our_boot == their_boot;
-        if their_host.is_empty() || their_host == our_host || same_kernel {
+        if their_host.is_empty() || their_boot.is_empty() || same_kernel || their_host == our_host {
             return Ok(());
         }
         Err(Error::OtherHost {
@@ -106,15 +106,13 @@ impl LocalTable {
     }
 }
 
-/// This machine, as a run lock names it: its host name and, unless `$IDEM_HOST` names
-/// the host, the boot of its kernel.
+/// This machine, as a run lock names it: its host name and the boot of its kernel.
 fn machine() -> String {
-    let boot = if std::env::var_os("IDEM_HOST").is_some() {
-        String::new()
-    } else {
+    format!(
+        "host {}\nboot {}\n",
+        crate::commit::hostname(),
         crate::commit::boot_id()
-    };
-    format!("host {}\nboot {boot}\n", crate::commit::hostname())
+    )
 }
 
 /// Opens (creating) the lock file at `path` and locks it, waiting for it with `wait`.

@@ -17,11 +17,16 @@ use super::ObjectTable;
 pub(super) const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Generous against clock skew: the lease's age is the store's clock against ours.
+/// Also how long a writer waits for a table's lock held by a live writer.
 const DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// The shortest `IDEM_LEASE_TIMEOUT` honoured: six heartbeats.
+const MIN_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How long a lease must go unrefreshed before its run counts as dead:
-/// `$IDEM_LEASE_TIMEOUT` seconds, else `DEAD_AFTER`; never less than three heartbeats,
-/// so a live run is never judged dead between two refreshes.
+/// `$IDEM_LEASE_TIMEOUT` seconds, else `DEAD_AFTER`; never less than `MIN_DEAD_AFTER`,
+/// so a live run is not judged dead for one slow refresh (a heartbeat's request may
+/// itself take tens of seconds against a throttling store).
 pub(super) fn dead_after() -> std::time::Duration {
     static AFTER: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
     *AFTER.get_or_init(|| {
@@ -29,7 +34,7 @@ pub(super) fn dead_after() -> std::time::Duration {
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map_or(DEAD_AFTER, std::time::Duration::from_secs)
-            .max(3 * HEARTBEAT)
+            .max(MIN_DEAD_AFTER)
     })
 }
 
@@ -292,7 +297,7 @@ impl ObjectTable {
                     Err(e) => return Err(self.err("take over the lock", &key)(e)),
                 }
             }
-            if started.elapsed() > dead_after() {
+            if started.elapsed() > DEAD_AFTER {
                 return Err(Error::Contention {
                     op: "wait for the table's lock (held by a live writer)",
                     location: format!("{}/{key}", self.url),
