@@ -168,6 +168,8 @@ pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
     let mut code = 0u8;
     for job in &jobs.jobs {
         if stop.load(SeqCst) {
+            // Jobs were left unstarted: the backfill is not done.
+            code = worse(code, idem_engine::exit::RETRY);
             break;
         }
         // The dates to run for this job, each list with its --skip-fresh.
@@ -213,7 +215,7 @@ pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
             }
             let (run, skipped) = skip_blocked(&jobs, job, dates, &blocked, args.json)?;
             for b in &skipped {
-                code = code.max(b.code);
+                code = worse(code, b.code);
             }
             let skipped_count = skipped.len();
             blocked.extend(skipped);
@@ -229,7 +231,7 @@ pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
             )?;
             for o in &outcomes {
                 if let Err(e) = &o.result {
-                    code = code.max(e.exit_code());
+                    code = worse(code, e.exit_code());
                     let first = e.to_string();
                     let first = first.lines().next().unwrap_or_default().to_string();
                     blocked.push(Blocked {
@@ -247,11 +249,23 @@ pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
             }
             if outcomes.len() < started {
                 // Stopped (Ctrl-C, --fail-fast) before every date started.
-                code = code.max(idem_engine::exit::RETRY);
+                code = worse(code, idem_engine::exit::RETRY);
             }
         }
     }
     Ok(ExitCode::from(code))
+}
+
+/// The exit code of a backfill whose dates ended with `a` and `b`: 1 when either
+/// failure may succeed on a retry (a retry policy must not give up on it because
+/// another date failed for good), else the worse final code.
+fn worse(a: u8, b: u8) -> u8 {
+    use idem_engine::exit::RETRY;
+    if a == RETRY || b == RETRY {
+        RETRY
+    } else {
+        a.max(b)
+    }
 }
 
 /// A worker's units: those `pick` selects and the upstream units they read, by job

@@ -24,6 +24,15 @@ pub enum Error {
         message: String,
     },
 
+    /// A source could not be listed or read because of I/O or the store (not its
+    /// content): a retry may succeed.
+    #[error("job file {path}: source `{source_name}`: {message}")]
+    SourceUnreachable {
+        path: PathBuf,
+        source_name: String,
+        message: String,
+    },
+
     #[error("job file {path}: SQL error: {message}")]
     Sql { path: PathBuf, message: String },
 
@@ -145,6 +154,91 @@ pub mod exit {
     }
 }
 
+/// Whether the error chain from `e` shows a fault of the data itself (a cast or a
+/// computation that fails on these values, a corrupt or truncated file) before any
+/// failure of I/O, of the store, of a task or of memory, which a retry may not meet.
+/// An unknown cause is not the data's.
+pub(crate) fn data_fault(e: &(dyn std::error::Error + 'static)) -> bool {
+    use arrow::error::ArrowError as A;
+    use datafusion::error::DataFusionError as D;
+    use parquet::errors::ParquetError as P;
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            );
+        }
+        if e.is::<object_store::Error>() || e.is::<idem_io::Error>() {
+            return false;
+        }
+        if let Some(df) = e.downcast_ref::<D>() {
+            match df {
+                D::ResourcesExhausted(_) | D::ExecutionJoin(_) => return false,
+                D::Shared(inner) => {
+                    next = Some(inner.as_ref());
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        if let Some(a) = e.downcast_ref::<A>() {
+            match a {
+                A::CastError(_)
+                | A::ParseError(_)
+                | A::ComputeError(_)
+                | A::DivideByZero
+                | A::ArithmeticOverflow(_)
+                | A::InvalidArgumentError(_)
+                | A::CsvError(_)
+                | A::JsonError(_)
+                | A::DictionaryKeyOverflowError
+                | A::RunEndIndexOverflowError
+                | A::OffsetOverflowError(_) => return true,
+                A::ExternalError(_) | A::IoError(..) => {}
+                _ => return false,
+            }
+        }
+        if let Some(p) = e.downcast_ref::<P>() {
+            match p {
+                P::General(_) | P::EOF(_) | P::IndexOutOfBound(..) | P::NYI(_) => return true,
+                P::External(_) => {}
+                _ => return false,
+            }
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// Whether the error chain from `e` holds a failure of I/O or of the store (not a
+/// corrupt file): reading a source failed in a way a retry may not meet.
+pub(crate) fn unreachable_cause(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return !matches!(
+                io.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            );
+        }
+        if e.is::<object_store::Error>() {
+            return true;
+        }
+        if let Some(io) = e.downcast_ref::<idem_io::Error>() {
+            return matches!(
+                io,
+                idem_io::Error::Io { .. }
+                    | idem_io::Error::ObjectStore { .. }
+                    | idem_io::Error::Contention { .. }
+            );
+        }
+        next = e.source();
+    }
+    false
+}
+
 /// What is wrong with a table, without repeating its path.
 fn table_problem(e: &idem_io::Error) -> String {
     match e {
@@ -201,32 +295,13 @@ impl Error {
     }
 
     /// True when the transform itself failed on the date's data (a cast that does
-    /// not fit, a division by zero): DataFusion's error carries no I/O, store or
-    /// memory failure, so the same input fails the same way again.
+    /// not fit, a division by zero, a corrupt file): the same input fails the same way
+    /// again. Anything not known to be the data's fault may succeed on a retry.
     pub fn is_data_error(&self) -> bool {
-        let Error::Execution { source, .. } = self else {
-            return false;
-        };
-        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
-        while let Some(e) = next {
-            if e.is::<std::io::Error>() || e.is::<object_store::Error>() || e.is::<idem_io::Error>()
-            {
-                return false;
-            }
-            if let Some(df) = e.downcast_ref::<datafusion::error::DataFusionError>() {
-                use datafusion::error::DataFusionError as D;
-                match df {
-                    D::ResourcesExhausted(_) | D::IoError(_) | D::ObjectStore(_) => return false,
-                    D::Shared(inner) => {
-                        next = Some(inner.as_ref());
-                        continue;
-                    }
-                    _ => {}
-                }
-            }
-            next = e.source();
+        match self {
+            Error::Execution { source, .. } => data_fault(source.as_ref()),
+            _ => false,
         }
-        true
     }
 
     /// True when a check on the staged output failed (exit code 3).
@@ -256,5 +331,73 @@ impl Error {
                     ..
                 }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::error::ArrowError;
+    use datafusion::error::DataFusionError as D;
+    use parquet::errors::ParquetError;
+
+    fn store_error() -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: "503 Slow Down".into(),
+        }
+    }
+
+    #[test]
+    fn only_the_datas_own_faults_are_final() {
+        let io = |kind| std::io::Error::new(kind, "x");
+        let data = [
+            D::ArrowError(
+                Box::new(ArrowError::CastError("'paid' to Int32".into())),
+                None,
+            ),
+            D::ArrowError(Box::new(ArrowError::DivideByZero), None),
+            D::ParquetError(Box::new(ParquetError::General("Corrupt footer".into()))),
+            D::IoError(io(std::io::ErrorKind::InvalidData)),
+            D::Context(
+                "reading".into(),
+                Box::new(D::ArrowError(
+                    Box::new(ArrowError::ArithmeticOverflow("i64".into())),
+                    None,
+                )),
+            ),
+        ];
+        for e in &data {
+            assert!(data_fault(e), "{e}");
+        }
+        let transient = [
+            D::ObjectStore(Box::new(store_error())),
+            D::External(Box::new(ParquetError::External(Box::new(store_error())))),
+            D::ArrowError(
+                Box::new(ArrowError::ExternalError(Box::new(store_error()))),
+                None,
+            ),
+            D::IoError(io(std::io::ErrorKind::ConnectionReset)),
+            D::ResourcesExhausted("memory".into()),
+            D::Execution("a cause idem does not know".into()),
+            D::Shared(std::sync::Arc::new(D::ObjectStore(Box::new(store_error())))),
+        ];
+        for e in &transient {
+            assert!(!data_fault(e), "{e}");
+        }
+        assert!(unreachable_cause(&D::ObjectStore(Box::new(store_error()))));
+        assert!(!unreachable_cause(&D::ParquetError(Box::new(
+            ParquetError::General("Corrupt footer".into())
+        ))));
+    }
+
+    #[test]
+    fn only_1_and_codes_outside_the_contract_are_retryable() {
+        for code in [1, 130, 137, 101] {
+            assert!(exit::retryable(code), "{code}");
+        }
+        for code in [0, 2, 3, 4, 5] {
+            assert!(!exit::retryable(code), "{code}");
+        }
     }
 }

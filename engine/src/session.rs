@@ -103,6 +103,19 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         source_name: s.name.clone(),
         message,
     };
+    // A failure of I/O or of the store while listing or reading the source is not
+    // the job's fault: a retry may succeed.
+    let failed = |message: String, unreachable: bool| {
+        if unreachable {
+            Error::SourceUnreachable {
+                path: job.path.clone(),
+                source_name: s.name.clone(),
+                message,
+            }
+        } else {
+            err(message)
+        }
+    };
     // Checked here, when the job is planned, not when it is loaded: in a project a
     // job's source may be another job's table that does not exist yet.
     let is_glob = s.path.contains(['*', '?', '[']);
@@ -124,15 +137,18 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
             let mut attempt = 0;
             while let Some(committed) = committed_partitions(s)
                 .await
-                .map_err(|e| err(e.to_string()))?
+                .map_err(|e| failed(e.to_string(), crate::error::unreachable_cause(&e)))?
             {
                 let recorded = ReadFiles::count(ctx);
                 match committed_frame(ctx, &committed, s).await {
                     Ok(frame) => return register_provider(ctx, job, s, frame.into_view()).await,
-                    Err(e) => {
+                    Err((e, unreachable)) => {
                         ReadFiles::forget_after(ctx, recorded);
                         if attempt == 3 || !any_gone(&committed, s).await {
-                            return Err(err(format!("reading the idem table {}: {e}", s.path)));
+                            return Err(failed(
+                                format!("reading the idem table {}: {e}", s.path),
+                                unreachable || attempt == 3,
+                            ));
                         }
                         attempt += 1;
                     }
@@ -163,7 +179,10 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         None => options
             .infer_partitions(&state, &url)
             .await
-            .map_err(|e| err(format!("listing {}: {e}", s.path)))?
+            .map_err(|e| {
+                let unreachable = crate::error::unreachable_cause(&e);
+                failed(format!("listing {}: {e}", s.path), unreachable)
+            })?
             .into_iter()
             .map(|c| (c, DataType::Utf8))
             .collect(),
@@ -181,7 +200,10 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
                 },
                 s.path
             )),
-            Inference::Failed(e) => err(format!("cannot read the files under {}: {e}", s.path)),
+            Inference::Failed(e) => failed(
+                format!("cannot read the files under {}: {e}", s.path),
+                crate::error::unreachable_cause(&e),
+            ),
         })?;
     let config = ListingTableConfig::new(url)
         .with_listing_options(options)
@@ -297,7 +319,7 @@ async fn committed_frame(
     ctx: &SessionContext,
     committed: &[(PartitionPath, idem_io::manifest::Manifest, Vec<String>)],
     s: &Source,
-) -> std::result::Result<datafusion::dataframe::DataFrame, String> {
+) -> std::result::Result<datafusion::dataframe::DataFrame, (String, bool)> {
     let groups = committed
         .iter()
         .rev()
@@ -312,8 +334,13 @@ async fn committed_frame(
     };
     partition_files_frame(ctx, groups, None, declared)
         .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| "it has no committed partition with files".to_string())
+        .map_err(|e| (e.to_string(), crate::error::unreachable_cause(&e)))?
+        .ok_or_else(|| {
+            (
+                "it has no committed partition with files".to_string(),
+                false,
+            )
+        })
 }
 
 /// The rows of explicit files, partition by partition: the data columns (as `schema`
@@ -526,6 +553,15 @@ pub fn diagnose_inputs(job: &Job, inputs: &[InputFile]) -> Option<Error> {
             continue; // DataFusion's error names the object
         }
         let path = std::path::Path::new(&input.path);
+        // A file that cannot be opened (gone, too many open files) is I/O, which a
+        // retry may not meet; one whose content cannot be read is the file's fault.
+        if let Err(e) = std::fs::File::open(path) {
+            return Some(Error::SourceUnreachable {
+                path: job.path.clone(),
+                source_name: source.name.clone(),
+                message: format!("file {} cannot be opened: {e}", input.path),
+            });
+        }
         let problem = match source.format {
             Format::Parquet => std::fs::File::open(path)
                 .map_err(|e| e.to_string())

@@ -117,3 +117,118 @@ fn every_exit_code_of_the_contract() {
     assert_eq!(failed.len(), 2);
     assert!(failed.iter().all(|e| e["exit_code"] == 5), "{failed:?}");
 }
+
+#[test]
+fn a_second_ctrl_c_abandons_the_running_dates_with_130_and_leaves_them_old_or_new() {
+    use std::io::{BufRead, BufReader};
+    let lake = Lake::new();
+    // Dates long enough (a fraction of a second each) to be running at the signals.
+    let spec = idem_testdata::OrdersSpec {
+        days: 10,
+        rows_per_day: 300_000,
+        ..Default::default()
+    };
+    idem_testdata::write_orders(&lake.join("testdata/lake/raw/orders"), &spec).unwrap();
+    let mut child = std::process::Command::new(bin())
+        .args([
+            "backfill",
+            "testdata/jobs/fct_orders.toml",
+            "--from",
+            "2026-06-01",
+            "--to",
+            "2026-06-10",
+            "--json",
+            "--concurrency",
+            "1",
+        ])
+        .current_dir(lake.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let pid = rustix::process::Pid::from_child(&child);
+    let interrupt = || rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    // Twice, once the second date has started; the output is read to its end (a
+    // closed pipe would fail the process's next line).
+    let (mut starts, mut sent) = (0, false);
+    for line in BufReader::new(stdout).lines() {
+        starts += usize::from(line.unwrap().contains("\"event\":\"start\""));
+        if !sent && starts == 2 {
+            interrupt();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            interrupt();
+            sent = true;
+        }
+    }
+    assert!(sent);
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    // Every partition that exists is whole, and a retry finishes the range.
+    status_digests(&lake, "lake/analytics/fct_orders");
+    lake.idem_ok(&[
+        "backfill",
+        "testdata/jobs/fct_orders.toml",
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-10",
+    ]);
+    assert_eq!(status_digests(&lake, "lake/analytics/fct_orders").len(), 10);
+}
+
+#[test]
+fn a_source_the_store_fails_to_list_is_retryable_and_a_corrupt_one_is_final() {
+    let lake = Lake::new();
+    let bucket = crate::s3::bucket("codes");
+    readers(&[
+        "put",
+        s3_endpoint(),
+        lake.join("testdata/lake/raw/orders").to_str().unwrap(),
+        &format!("s3://{bucket}/raw/orders/"),
+    ]);
+    let job = lake.job(
+        "remote",
+        &format!(
+            r#"
+name = "remote"
+[sources.orders]
+path = "s3://{bucket}/raw/orders/"
+partitioned_by = [{{ name = "created_date", type = "date" }}]
+[transform]
+sql = "select order_id, created_date as dt from orders where created_date = $run_date"
+[target]
+path = "out/remote"
+partition_by = ["dt"]
+"#
+        ),
+    );
+    let s3 = s3_env();
+    let mut env: Vec<(&str, &str)> = s3.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let run = |env: &[(&str, &str)], code: i32, text: &str| {
+        ends(&lake, &["run", &job, DAY[0], DAY[1]], env, code, text)
+    };
+    // The store fails the source's listing: 1, and the retry succeeds.
+    let mut faulty = env.clone();
+    faulty.push(("IDEM_FAULTS", "fail@1:raw/orders"));
+    run(
+        &faulty,
+        1,
+        "job file jobs/remote.toml: source `orders`: cannot read the files under",
+    );
+    assert!(!lake.join("out/remote").exists());
+    run(&env, 0, "");
+    // A file of the source that is not Parquet fails the same way every time: final
+    // (5 here, where the decoder's error names no file; 2 on disk, where idem finds
+    // and names it).
+    let bad = lake.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("part-9.parquet"), b"not parquet").unwrap();
+    readers(&[
+        "put",
+        s3_endpoint(),
+        bad.to_str().unwrap(),
+        &format!("s3://{bucket}/raw/orders/created_date=2026-06-02/"),
+    ]);
+    env.push(("IDEM_LOG", "off"));
+    run(&env, 5, "Corrupt footer");
+}
