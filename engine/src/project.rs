@@ -38,7 +38,7 @@ pub struct StalePartition {
     pub changed_input: String,
 }
 
-fn inside(path: &str, root: &Path) -> bool {
+pub(crate) fn inside(path: &str, root: &Path) -> bool {
     let root = root.to_string_lossy();
     path == root || path.starts_with(&format!("{}/", root.trim_end_matches('/')))
 }

@@ -4,8 +4,9 @@
 //! over; a worker (`--index`, `--shard`) runs its share of them; a backfill skips a
 //! unit whose upstream unit failed.
 //!
-//! A unit reads an upstream unit when their windows overlap: the downstream run's
-//! window (with its lookback) holds time that the upstream run owns (with its own).
+//! A unit reads an upstream unit when the time it reads of the upstream table — its
+//! run's window (with its lookback), extended back by the source's `reads_before` —
+//! overlaps the time the upstream run owns (its window, with its own lookback).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,7 +14,7 @@ use chrono::NaiveDateTime;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::job::Job;
+use crate::job::{Job, ReadsBefore};
 use crate::params::Var;
 use crate::run::{RunOptions, fresh::fresh_partitions};
 use crate::window::{Window, backfill_dates};
@@ -66,23 +67,26 @@ impl Jobs {
         let mut by_job: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for job in &self.jobs {
             for date in backfill_dates(job.target.grain, from, to, job.lookback)? {
-                let span = span(job, &date)?;
-                let after = self.upstream[&job.name]
-                    .iter()
-                    .flat_map(|u| by_job.get(u.as_str()).into_iter().flatten())
-                    .copied()
-                    .filter(|&i| overlap(spans[i], span))
-                    .collect::<BTreeSet<usize>>()
-                    .into_iter()
-                    .collect();
+                let mut after = BTreeSet::new();
+                for u in &self.upstream[&job.name] {
+                    let read = read_span(job, &date, self.job(u))?;
+                    after.extend(
+                        by_job
+                            .get(u.as_str())
+                            .into_iter()
+                            .flatten()
+                            .copied()
+                            .filter(|&i| read.is_none_or(|r| overlap(spans[i], r))),
+                    );
+                }
                 by_job.entry(&job.name).or_default().push(units.len());
-                spans.push(span);
+                spans.push(span(job, &date)?);
                 units.push(Unit {
                     index: units.len(),
                     job: job.name.clone(),
                     job_file: job.path.display().to_string(),
                     date,
-                    after,
+                    after: after.into_iter().collect(),
                 });
             }
         }
@@ -112,8 +116,11 @@ impl Jobs {
 
     /// Whether `job`'s run for `date` reads what `upstream`'s run for `up_date` writes.
     pub fn reads(&self, job: &Job, date: &str, upstream: &Job, up_date: &str) -> Result<bool> {
-        Ok(self.upstream[&job.name].contains(&upstream.name)
-            && overlap(span(job, date)?, span(upstream, up_date)?))
+        if !self.upstream[&job.name].contains(&upstream.name) {
+            return Ok(false);
+        }
+        let owned = span(upstream, up_date)?;
+        Ok(read_span(job, date, upstream)?.is_none_or(|r| overlap(r, owned)))
     }
 }
 
@@ -191,6 +198,26 @@ pub fn with_upstream(units: &[Unit], selected: &[usize]) -> Vec<usize> {
         }
     }
     all.into_iter().collect()
+}
+
+/// The time `job`'s run for `date` reads of `upstream`'s table: its window extended
+/// back by the `reads_before` of the sources reading that table; `None` for any time.
+fn read_span(
+    job: &Job,
+    date: &str,
+    upstream: &Job,
+) -> Result<Option<(NaiveDateTime, NaiveDateTime)>> {
+    let mut back = 0;
+    for s in &job.sources {
+        if crate::project::inside(&s.path, &upstream.target.path) {
+            match s.reads_before {
+                ReadsBefore::All => return Ok(None),
+                ReadsBefore::Units(n) => back = back.max(n),
+            }
+        }
+    }
+    let w = Window::parse(job.target.grain, date)?.with_lookback(job.lookback + back);
+    Ok(Some((w.start, w.end)))
 }
 
 /// The time a run of `job` for `date` owns, its lookback included.

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use crate::s3::bucket;
 
-/// A daily fact table from raw orders on the store, and a daily summary reading it.
+/// A daily fact table from raw orders on the store, a daily summary reading it, and a
+/// rolling three-day count reading it (`reads_before = 2`).
 fn project(dir: &std::path::Path, bucket: &str, prefix: &str) {
     let jobs = dir.join("jobs");
     std::fs::create_dir_all(&jobs).unwrap();
@@ -46,6 +47,24 @@ sql = "select dt, status, count(*) as orders, sum(amount_usd) as amount from fct
 [target]
 path = "s3://{bucket}/{prefix}/sums"
 partition_by = ["dt"]
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        jobs.join("rolling.toml"),
+        format!(
+            r#"
+name = "rolling"
+[sources.fct]
+path = "s3://{bucket}/{prefix}/fct/"
+partitioned_by = [{{ name = "dt", type = "date" }}]
+reads_before = 2
+[transform]
+sql = "select cast($run_date as date) as day, count(*) as orders, sum(amount_usd) as amount from fct where dt > cast($run_date as date) - interval '3 days' and dt <= cast($run_date as date)"
+[target]
+path = "s3://{bucket}/{prefix}/rolling"
+partition_by = ["day"]
 "#
         ),
     )
@@ -109,7 +128,7 @@ fn workers_sharing_only_the_store_killed_and_retried_at_random_equal_one_backfil
         String::from_utf8_lossy(&out.stderr)
     );
     let units: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(units.len(), 14, "{units:?}");
+    assert_eq!(units.len(), 21, "{units:?}");
 
     // The workers: one per unit as an Indexed Job starts them (the index from
     // JOB_COMPLETION_INDEX), three shards over the same units, and a single-job
@@ -192,7 +211,7 @@ fn workers_sharing_only_the_store_killed_and_retried_at_random_equal_one_backfil
                             .envs(s3.iter().map(|(k, v)| (*k, v.as_str())))
                             .env("IDEM_HOST", format!("worker-{w}-{attempt}"))
                             .env("IDEM_STAGING", pod.join("staging"))
-                            .env("IDEM_LEASE_TIMEOUT", "30")
+                            .env("IDEM_LEASE_TIMEOUT", "60")
                             .env_remove("IDEM_FAILPOINTS")
                             .env_remove("IDEM_FAULTS")
                             .env_remove("JOB_COMPLETION_INDEX")
@@ -294,7 +313,7 @@ fn workers_sharing_only_the_store_killed_and_retried_at_random_equal_one_backfil
             })
             .collect()
     };
-    for name in ["fct", "sums"] {
+    for name in ["fct", "sums", "rolling"] {
         let want = digests(&format!("s3://{bucket}/ref/{name}"), true);
         assert_eq!(want.len(), 7, "{name}");
         assert_eq!(
@@ -307,12 +326,12 @@ fn workers_sharing_only_the_store_killed_and_retried_at_random_equal_one_backfil
     // Once the killed workers' leases are stale, `gc` (from yet another host) leaves
     // nothing staged, no upload open, and every partition exactly its manifest's files.
     if let Some(at) = last_kill {
-        std::thread::sleep(Duration::from_secs(32).saturating_sub(at.elapsed()));
+        std::thread::sleep(Duration::from_secs(62).saturating_sub(at.elapsed()));
     }
-    for name in ["fct", "sums"] {
+    for name in ["fct", "sums", "rolling"] {
         let table = format!("s3://{bucket}/fan/{name}");
         let mut gc_env = env.clone();
-        gc_env.extend([("IDEM_HOST", "gc-host"), ("IDEM_LEASE_TIMEOUT", "30")]);
+        gc_env.extend([("IDEM_HOST", "gc-host"), ("IDEM_LEASE_TIMEOUT", "60")]);
         let out = idem_in(scratch.path(), &["gc", &table], &gc_env);
         assert!(
             out.status.success(),

@@ -307,37 +307,140 @@ fn a_worker_runs_its_unit_or_shard_after_the_upstream_units_it_reads() {
 fn a_local_table_refuses_a_run_from_a_second_machine() {
     let lake = Lake::new();
     let job = "testdata/jobs/fct_orders.toml";
-    let run = |host: &str, date: &str, extra: &[(&str, &str)]| {
-        let mut env = vec![("IDEM_HOST", host)];
-        env.extend_from_slice(extra);
-        idem_in(lake.path(), &["run", job, "--date", date], &env)
-    };
-    assert!(run("alpha", "2026-06-02", &[]).status.success());
-    // A run on `alpha` dies while staged: its lock file stays, naming its machine.
+    let run =
+        |date: &str, env: &[(&str, &str)]| idem_in(lake.path(), &["run", job, "--date", date], env);
+    assert!(run("2026-06-02", &[]).status.success());
+    // Processes of this machine naming their host differently share its kernel and
+    // its locks: a run killed while staged under one name is cleaned by the next.
     let died = run(
-        "alpha",
         "2026-06-03",
-        &[("IDEM_FAILPOINTS", "after_stage=abort")],
+        &[
+            ("IDEM_HOST", "alpha"),
+            ("IDEM_FAILPOINTS", "after_stage=abort"),
+        ],
     );
     assert!(!died.status.success());
+    assert!(run("2026-06-03", &[]).status.success());
+
+    // A run on another machine (another host, another kernel) left its lock.
+    let locks = lake.join("lake/analytics/_idem/fct_orders/locks");
+    let foreign = locks.join("20261202T000000.000Z-4242-0123456789ab.lock");
+    std::fs::write(
+        &foreign,
+        "host etl-7\nboot 00000000-0000-0000-0000-000000000000\n",
+    )
+    .unwrap();
     let table = lake.join("lake/analytics/fct_orders");
     let before = snapshot(&table);
     for args in [
-        vec!["run", job, "--date", "2026-06-02"],
+        vec!["run", job, "--date", "2026-06-04"],
         vec!["gc", "lake/analytics/fct_orders"],
     ] {
-        let out = idem_in(lake.path(), &args, &[("IDEM_HOST", "beta")]);
+        let out = idem_in(lake.path(), &args, &[("IDEM_HOST", "etl-8")]);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            err.contains("a run from another machine (`alpha`; this is `beta`) left its lock")
+            err.contains("a run from another machine (`etl-7`; this is `etl-8`) left its lock")
                 && err.contains("A local-disk table is single-host")
-                && err.contains("delete "),
+                && err.contains(&format!("delete {}", foreign.display())),
             "{err}"
         );
         assert_eq!(snapshot(&table), before, "{args:?} changed the table");
     }
-    // On `alpha` again, the dead run is cleaned up as usual.
-    assert!(run("alpha", "2026-06-03", &[]).status.success());
-    assert!(run("beta", "2026-06-04", &[]).status.success());
+    // The same host name is this machine after a reboot: not refused.
+    let out = idem_in(
+        lake.path(),
+        &["run", job, "--date", "2026-06-04"],
+        &[("IDEM_HOST", "etl-7")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Once its lock is deleted, as the error says, any host runs.
+    std::fs::write(
+        &foreign,
+        "host etl-7\nboot 00000000-0000-0000-0000-000000000000\n",
+    )
+    .unwrap();
+    assert_eq!(run("2026-06-05", &[]).status.code(), Some(2));
+    std::fs::remove_file(&foreign).unwrap();
+    assert!(run("2026-06-05", &[]).status.success());
+}
+
+#[test]
+fn a_source_reading_before_its_window_depends_on_every_upstream_date_it_reads() {
+    let lake = Lake::new();
+    let rolling = |reads_before: &str| {
+        format!(
+            r#"
+name = "rolling"
+[sources.fct]
+path = "lake/analytics/fct_orders/"
+partitioned_by = [{{ name = "dt", type = "date" }}]
+reads_before = {reads_before}
+[transform]
+sql = "select cast($run_date as date) as day, count(*) as orders from fct where dt > cast($run_date as date) - interval '3 days' and dt <= cast($run_date as date)"
+[target]
+path = "lake/analytics/rolling"
+partition_by = ["day"]
+"#
+        )
+    };
+    std::fs::write(lake.join("testdata/jobs/rolling.toml"), rolling("2")).unwrap();
+    let all = units(&lake, &[]);
+    let of = |job: &str, date: &str| {
+        all.iter()
+            .find(|u| u.1 == job && u.2 == date)
+            .unwrap()
+            .clone()
+    };
+    // fct_orders units are 0 (06-03), 1 (06-02), 2 (06-01).
+    assert_eq!(of("rolling", "2026-06-03").3, vec![0, 1, 2]);
+    assert_eq!(of("rolling", "2026-06-02").3, vec![1, 2]);
+    assert_eq!(of("rolling", "2026-06-01").3, vec![2]);
+    std::fs::write(lake.join("testdata/jobs/rolling.toml"), rolling("\"all\"")).unwrap();
+    assert_eq!(
+        units(&lake, &[])
+            .into_iter()
+            .find(|u| u.1 == "rolling" && u.2 == "2026-06-01")
+            .unwrap()
+            .3,
+        vec![0, 1, 2]
+    );
+    std::fs::write(lake.join("testdata/jobs/rolling.toml"), rolling("\"some\"")).unwrap();
+    let out = lake.idem(&[
+        "dates",
+        "testdata/jobs",
+        RANGE[0],
+        RANGE[1],
+        RANGE[2],
+        RANGE[3],
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "source `fct`: reads_before `some`: expected a number of grain units or \"all\""
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // One worker on the newest rolling unit brings the three fact dates up first, so
+    // its rows are those of a whole backfill.
+    std::fs::write(lake.join("testdata/jobs/rolling.toml"), rolling("2")).unwrap();
+    let index = of("rolling", "2026-06-03").0.to_string();
+    let mut args = vec!["backfill", "testdata/jobs", "--index", &index];
+    args.extend(RANGE);
+    lake.idem_ok(&args);
+    let reference = Lake::new();
+    std::fs::write(reference.join("testdata/jobs/rolling.toml"), rolling("2")).unwrap();
+    let mut all_args = vec!["backfill", "testdata/jobs"];
+    all_args.extend(RANGE);
+    reference.idem_ok(&all_args);
+    assert_eq!(
+        status_digests(&lake, "lake/analytics/rolling")["day=2026-06-03"],
+        status_digests(&reference, "lake/analytics/rolling")["day=2026-06-03"]
+    );
 }

@@ -47,6 +47,19 @@ pub(super) struct SourceFile {
     /// is, not what it is: not part of the fingerprint).
     #[serde(default, skip_serializing)]
     pub(super) storage: Option<idem_io::store::StorageOptions>,
+    /// How far before the run's window the transform reads this source, when it is
+    /// another job's table: grain units (`6` for a rolling week of days), or `"all"`.
+    /// It orders a backfill's units; the output does not depend on it, so it is not
+    /// part of the fingerprint.
+    #[serde(default, skip_serializing)]
+    pub(super) reads_before: Option<ReadsBeforeFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum ReadsBeforeFile {
+    Units(u32),
+    Word(String),
 }
 
 /// `dedupe = { key = [...], latest_by = "..." }` on a source.

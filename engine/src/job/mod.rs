@@ -62,6 +62,18 @@ pub struct Source {
     pub dedupe: Option<Dedupe>,
     /// The options reaching an object-store path: the source's own over the job's.
     pub storage: idem_io::store::StorageOptions,
+    /// How far before the run's window the transform reads this source.
+    pub reads_before: ReadsBefore,
+}
+
+/// `reads_before` of a source: how far before its run's window a job reads another
+/// job's table (the units of a backfill are ordered by it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadsBefore {
+    /// This many grain units before the window (0, the default: the window only).
+    Units(u32),
+    /// Any date.
+    All,
 }
 
 #[derive(Clone, Debug)]
@@ -386,6 +398,16 @@ fn source(
         ));
     }
     let storage = job_storage.overlay(&s.storage.clone().unwrap_or_default());
+    let reads_before = match &s.reads_before {
+        None => ReadsBefore::Units(0),
+        Some(file::ReadsBeforeFile::Units(n)) => ReadsBefore::Units(*n),
+        Some(file::ReadsBeforeFile::Word(w)) if w == "all" => ReadsBefore::All,
+        Some(file::ReadsBeforeFile::Word(w)) => {
+            return Err(err(format!(
+                "reads_before `{w}`: expected a number of grain units or \"all\""
+            )));
+        }
+    };
     Ok(Source {
         name: name.to_string(),
         path,
@@ -395,6 +417,7 @@ fn source(
         extension: s.extension.clone(),
         csv_header: s.header.unwrap_or(true),
         csv_delimiter: delimiter,
+        reads_before,
         dedupe: match &s.dedupe {
             Some(d) if d.key.is_empty() => {
                 return Err(err("dedupe needs a non-empty `key`".into()));
