@@ -130,13 +130,17 @@ struct Blocked {
 
 pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
+    // `stop`: start no further date (Ctrl-C, or a failure with --fail-fast);
+    // `interrupted`: Ctrl-C, which leaves the backfill unfinished but not failed.
     let stop = Arc::new(AtomicBool::new(false));
+    let interrupted = Arc::new(AtomicBool::new(false));
     // Ctrl-C: start no further date and let the running ones finish (each publishes
     // atomically, so nothing is left half-done); a second Ctrl-C abandons them, which
     // is safe too: a killed run leaves every partition old or new.
-    let flag = Arc::clone(&stop);
+    let (flag, ctrl_c) = (Arc::clone(&stop), Arc::clone(&interrupted));
     rt.spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
+            ctrl_c.store(true, SeqCst);
             flag.store(true, SeqCst);
             eprintln!(
                 "interrupted: finishing the dates already running (Ctrl-C again to abandon them)"
@@ -168,8 +172,10 @@ pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
     let mut code = 0u8;
     for job in &jobs.jobs {
         if stop.load(SeqCst) {
-            // Jobs were left unstarted: the backfill is not done.
-            code = worse(code, idem_engine::exit::RETRY);
+            if interrupted.load(SeqCst) {
+                // Jobs were left unstarted: the backfill is not done.
+                code = worse(code, idem_engine::exit::RETRY);
+            }
             break;
         }
         // The dates to run for this job, each list with its --skip-fresh.
@@ -227,7 +233,10 @@ pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
                 &args,
                 skip_fresh,
                 skipped_count,
-                Arc::clone(&stop),
+                &Flags {
+                    stop: Arc::clone(&stop),
+                    interrupted: Arc::clone(&interrupted),
+                },
             )?;
             for o in &outcomes {
                 if let Err(e) = &o.result {
@@ -247,8 +256,9 @@ pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
                     });
                 }
             }
-            if outcomes.len() < started {
-                // Stopped (Ctrl-C, --fail-fast) before every date started.
+            if outcomes.len() < started && interrupted.load(SeqCst) {
+                // Ctrl-C before every date started: not done, and not failed (after a
+                // failure with --fail-fast, the code is that failure's).
                 code = worse(code, idem_engine::exit::RETRY);
             }
         }
@@ -342,6 +352,13 @@ fn skip_blocked(
     Ok((run, skipped))
 }
 
+/// What stops a backfill: `stop` (start no further date: Ctrl-C, or a failure with
+/// --fail-fast) and whether it was Ctrl-C.
+struct Flags {
+    stop: Arc<AtomicBool>,
+    interrupted: Arc<AtomicBool>,
+}
+
 /// Backfills one job over `dates` (newest first unless --oldest-first); returns what
 /// each date did.
 fn backfill_job(
@@ -351,7 +368,7 @@ fn backfill_job(
     args: &BackfillArgs,
     skip_fresh: bool,
     skipped: usize,
-    stop: Arc<AtomicBool>,
+    flags: &Flags,
 ) -> anyhow::Result<Vec<Outcome>> {
     let vars = parse_vars(&args.vars)?;
     if args.oldest_first {
@@ -371,7 +388,7 @@ fn backfill_job(
         concurrency,
         fail_fast: args.fail_fast,
         skip_fresh,
-        stop,
+        stop: Arc::clone(&flags.stop),
     };
     let json = args.json;
     let progress =
@@ -397,11 +414,26 @@ fn backfill_job(
     summary.job = job.name.clone();
     summary.dates += skipped;
     summary.skipped = skipped;
-    summary.interrupted = opts.stop.load(SeqCst) && !args.fail_fast;
+    summary.interrupted = flags.interrupted.load(SeqCst);
     if json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
         summary.print(&job.name);
     }
     Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worse;
+
+    #[test]
+    fn a_backfill_ends_retryable_when_any_date_may_succeed_on_a_retry() {
+        assert_eq!(worse(1, 5), 1);
+        assert_eq!(worse(5, 1), 1);
+        assert_eq!(worse(0, 1), 1);
+        assert_eq!(worse(2, 5), 5);
+        assert_eq!(worse(3, 2), 3);
+        assert_eq!(worse(0, 0), 0);
+    }
 }

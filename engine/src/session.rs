@@ -543,8 +543,10 @@ fn url_of(store: &str, location: &object_store::path::Path) -> String {
 }
 
 /// After a failed execution, finds an input file that cannot be read, so the error can
-/// name it: DataFusion's decoding errors do not say which file they came from.
-pub fn diagnose_inputs(job: &Job, inputs: &[InputFile]) -> Option<Error> {
+/// name it: DataFusion's decoding errors do not say which file they came from. A file
+/// that cannot be opened is reported only when the failure was not the data's
+/// (`data_fault`): it is then the likelier cause.
+pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], data_fault: bool) -> Option<Error> {
     for input in inputs {
         let Some(source) = job.sources.iter().find(|s| s.name == input.source) else {
             continue;
@@ -556,6 +558,9 @@ pub fn diagnose_inputs(job: &Job, inputs: &[InputFile]) -> Option<Error> {
         // A file that cannot be opened (gone, too many open files) is I/O, which a
         // retry may not meet; one whose content cannot be read is the file's fault.
         if let Err(e) = std::fs::File::open(path) {
+            if data_fault {
+                continue;
+            }
             return Some(Error::SourceUnreachable {
                 path: job.path.clone(),
                 source_name: source.name.clone(),

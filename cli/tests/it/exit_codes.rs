@@ -100,7 +100,8 @@ fn every_exit_code_of_the_contract() {
     assert!(!lake.join("out/casty/dt=2026-06-02").exists());
     assert_eq!(snapshot(&table), before);
 
-    // A backfill ends with its worst code, and each failed date carries its own.
+    // A backfill ends with its final code when no date may succeed on a retry, and each
+    // failed date carries its own; with --fail-fast too.
     let range = ["--from", "2026-06-01", "--to", "2026-06-02", "--json"];
     let out = idem_in(
         lake.path(),
@@ -116,6 +117,26 @@ fn every_exit_code_of_the_contract() {
         .collect();
     assert_eq!(failed.len(), 2);
     assert!(failed.iter().all(|e| e["exit_code"] == 5), "{failed:?}");
+    let out = idem_in(
+        lake.path(),
+        &[
+            "backfill",
+            &cast,
+            range[0],
+            range[1],
+            range[2],
+            range[3],
+            "--fail-fast",
+            "--concurrency",
+            "1",
+        ],
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "a date left unstarted by --fail-fast"
+    );
 }
 
 #[test]

@@ -421,7 +421,8 @@ partition_by = ["day"]
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(
-            "source `fct`: reads_before `some`: expected a number of grain units or \"all\""
+            "source `fct`: reads_before = \"some\": expected a number of this job's grain units \
+             (0 to 3660) or \"all\""
         ),
         "{}",
         String::from_utf8_lossy(&out.stderr)

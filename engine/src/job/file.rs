@@ -52,14 +52,7 @@ pub(super) struct SourceFile {
     /// It orders a backfill's units; the output does not depend on it, so it is not
     /// part of the fingerprint.
     #[serde(default, skip_serializing)]
-    pub(super) reads_before: Option<ReadsBeforeFile>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub(super) enum ReadsBeforeFile {
-    Units(u32),
-    Word(String),
+    pub(super) reads_before: Option<toml::Value>,
 }
 
 /// `dedupe = { key = [...], latest_by = "..." }` on a source.

@@ -66,8 +66,12 @@ pub struct Source {
     pub reads_before: ReadsBefore,
 }
 
+/// The largest `reads_before` in units (ten years of days); beyond, use "all".
+const MAX_READS_BEFORE: i64 = 3660;
+
 /// `reads_before` of a source: how far before its run's window a job reads another
-/// job's table (the units of a backfill are ordered by it).
+/// job's table, in the reading job's grain units (the units of a backfill are ordered
+/// by it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadsBefore {
     /// This many grain units before the window (0, the default: the window only).
@@ -400,11 +404,14 @@ fn source(
     let storage = job_storage.overlay(&s.storage.clone().unwrap_or_default());
     let reads_before = match &s.reads_before {
         None => ReadsBefore::Units(0),
-        Some(file::ReadsBeforeFile::Units(n)) => ReadsBefore::Units(*n),
-        Some(file::ReadsBeforeFile::Word(w)) if w == "all" => ReadsBefore::All,
-        Some(file::ReadsBeforeFile::Word(w)) => {
+        Some(toml::Value::Integer(n)) if (0..=MAX_READS_BEFORE).contains(n) => {
+            ReadsBefore::Units(*n as u32)
+        }
+        Some(toml::Value::String(w)) if w == "all" => ReadsBefore::All,
+        Some(other) => {
             return Err(err(format!(
-                "reads_before `{w}`: expected a number of grain units or \"all\""
+                "reads_before = {other}: expected a number of this job's grain units \
+                 (0 to {MAX_READS_BEFORE}) or \"all\""
             )));
         }
     };

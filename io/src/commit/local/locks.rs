@@ -72,7 +72,7 @@ impl LocalTable {
         // otherwise) shares this one's locks; the same host after a reboot is this
         // machine. Only another host on another kernel is another machine.
         let same_kernel = !our_boot.is_empty() && our_boot == their_boot;
-        if their_host.is_empty() || their_boot.is_empty() || same_kernel || their_host == our_host {
+        if their_host.is_empty() || their_host == our_host || same_kernel {
             return Ok(());
         }
         Err(Error::OtherHost {
