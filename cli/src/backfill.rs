@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use clap::Args;
 use idem_engine::backfill::Outcome;
 use idem_engine::job::Job;
-use idem_engine::units::{Jobs, Pick, Unit};
+use idem_engine::project::Project;
+use idem_engine::units::{Pick, Unit};
 
 use crate::{parse_vars, render, runtime};
 
@@ -87,11 +88,11 @@ pub struct DatesArgs {
     json: bool,
 }
 
-fn load(path: &std::path::Path) -> Result<Jobs, idem_engine::Error> {
+fn load(path: &std::path::Path) -> Result<Project, idem_engine::Error> {
     if path.is_dir() {
-        Ok(Jobs::project(idem_engine::project::Project::load(path)?))
+        Project::load(path)
     } else {
-        Ok(Jobs::one(Job::load(path)?))
+        Ok(Project::one(Job::load(path)?))
     }
 }
 
@@ -100,7 +101,7 @@ pub fn dates(args: DatesArgs) -> anyhow::Result<ExitCode> {
     let mut units = jobs.units(&args.from, &args.to)?;
     let all = units.len();
     if args.stale {
-        units = jobs.stale(units, &parse_vars(&args.vars)?)?;
+        units = jobs.stale_units(units, &parse_vars(&args.vars)?)?;
     }
     if args.json {
         println!("{}", serde_json::to_string(&units)?);
@@ -182,15 +183,12 @@ pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
         let batches: Vec<(Vec<String>, bool)> = match &worker {
             Some(units) => worker_batches(units, job, args.skip_fresh),
             None if args.cascade && !jobs.upstream[&job.name].is_empty() => {
-                let mut dates: Vec<String> = idem_engine::project::Project {
-                    jobs: jobs.jobs.clone(),
-                    upstream: jobs.upstream.clone(),
-                }
-                .stale()?
-                .into_iter()
-                .filter(|s| s.job == job.name)
-                .map(|s| s.logical_date)
-                .collect();
+                let mut dates: Vec<String> = jobs
+                    .stale()?
+                    .into_iter()
+                    .filter(|s| s.job == job.name)
+                    .map(|s| s.logical_date)
+                    .collect();
                 dates.sort_by(|a, b| b.cmp(a));
                 dates.dedup();
                 if dates.is_empty() {
@@ -280,7 +278,11 @@ fn worse(a: u8, b: u8) -> u8 {
 
 /// A worker's units: those `pick` selects and the upstream units they read, by job
 /// and whether the worker was asked for them (false: only to bring them up to date).
-fn worker_units(jobs: &Jobs, args: &BackfillArgs, pick: Pick) -> anyhow::Result<Vec<(Unit, bool)>> {
+fn worker_units(
+    jobs: &Project,
+    args: &BackfillArgs,
+    pick: Pick,
+) -> anyhow::Result<Vec<(Unit, bool)>> {
     let units = jobs.units(&args.from, &args.to)?;
     let selected = idem_engine::units::select(&units, pick)?;
     let all = idem_engine::units::with_upstream(&units, &selected);
@@ -306,7 +308,7 @@ fn worker_batches(units: &[(Unit, bool)], job: &Job, skip_fresh: bool) -> Vec<(V
 /// Splits `dates` of `job` into those to run and those skipped because a unit they
 /// read did not succeed; reports the skipped ones.
 fn skip_blocked(
-    jobs: &Jobs,
+    jobs: &Project,
     job: &Job,
     dates: Vec<String>,
     blocked: &[Blocked],

@@ -173,15 +173,8 @@ pub(crate) fn data_fault(e: &(dyn std::error::Error + 'static)) -> bool {
         if e.is::<object_store::Error>() || e.is::<idem_io::Error>() {
             return false;
         }
-        if let Some(df) = e.downcast_ref::<D>() {
-            match df {
-                D::ResourcesExhausted(_) | D::ExecutionJoin(_) => return false,
-                D::Shared(inner) => {
-                    next = Some(inner.as_ref());
-                    continue;
-                }
-                _ => {}
-            }
+        if let Some(D::ResourcesExhausted(_) | D::ExecutionJoin(_)) = e.downcast_ref::<D>() {
+            return false;
         }
         if let Some(a) = e.downcast_ref::<A>() {
             match a {

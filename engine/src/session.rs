@@ -557,34 +557,34 @@ pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], data_fault: bool) -> Opt
         let path = std::path::Path::new(&input.path);
         // A file that cannot be opened (gone, too many open files) is I/O, which a
         // retry may not meet; one whose content cannot be read is the file's fault.
-        if let Err(e) = std::fs::File::open(path) {
-            if data_fault {
-                continue;
+        let mut file = match std::fs::File::open(path) {
+            Ok(file) => file,
+            Err(_) if data_fault => continue,
+            Err(e) => {
+                return Some(Error::SourceUnreachable {
+                    path: job.path.clone(),
+                    source_name: source.name.clone(),
+                    message: format!("file {} cannot be opened: {e}", input.path),
+                });
             }
-            return Some(Error::SourceUnreachable {
-                path: job.path.clone(),
-                source_name: source.name.clone(),
-                message: format!("file {} cannot be opened: {e}", input.path),
-            });
-        }
+        };
         let problem = match source.format {
-            Format::Parquet => std::fs::File::open(path)
+            Format::Parquet => parquet::file::metadata::ParquetMetaDataReader::new()
+                .parse_and_finish(&file)
+                .map(|_| ())
                 .map_err(|e| e.to_string())
-                .and_then(|f| {
-                    parquet::file::metadata::ParquetMetaDataReader::new()
-                        .parse_and_finish(&f)
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                })
                 .err(),
-            Format::Csv | Format::Json => std::fs::read(path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| {
-                    std::str::from_utf8(&b)
-                        .map(|_| ())
-                        .map_err(|e| format!("not UTF-8 text ({e})"))
-                })
-                .err(),
+            Format::Csv | Format::Json => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut file, &mut bytes)
+                    .map_err(|e| e.to_string())
+                    .and_then(|_| {
+                        std::str::from_utf8(&bytes)
+                            .map(|_| ())
+                            .map_err(|e| format!("not UTF-8 text ({e})"))
+                    })
+                    .err()
+            }
         };
         if let Some(problem) = problem {
             return Some(Error::Source {

@@ -1,4 +1,5 @@
-//! Units of work: the (job, logical date) pairs a backfill runs, in its order —
+//! Units of work, as methods of a [`Project`] (a job file alone is a project of one):
+//! the (job, logical date) pairs a backfill runs, in its order —
 //! dependency order across a project's jobs, newest first within a job — with the
 //! upstream units each one reads. `idem dates` lists them for an orchestrator to map
 //! over; a worker (`--index`, `--shard`) runs its share of them; a backfill skips a
@@ -16,6 +17,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::job::{Job, ReadsBefore};
 use crate::params::Var;
+use crate::project::Project;
 use crate::run::{RunOptions, fresh::fresh_partitions};
 use crate::window::{Window, backfill_dates};
 
@@ -30,26 +32,13 @@ pub struct Unit {
     pub after: Vec<usize>,
 }
 
-/// Jobs in dependency order, with the names of the jobs each reads from: one job file
-/// (no upstream) or a project.
-pub struct Jobs {
-    pub jobs: Vec<Job>,
-    pub upstream: BTreeMap<String, Vec<String>>,
-}
-
-impl Jobs {
-    pub fn one(job: Job) -> Jobs {
+impl Project {
+    /// A project of one job file, which reads no other job.
+    pub fn one(job: Job) -> Project {
         let upstream = BTreeMap::from([(job.name.clone(), Vec::new())]);
-        Jobs {
+        Project {
             jobs: vec![job],
             upstream,
-        }
-    }
-
-    pub fn project(project: crate::project::Project) -> Jobs {
-        Jobs {
-            jobs: project.jobs,
-            upstream: project.upstream,
         }
     }
 
@@ -95,7 +84,7 @@ impl Jobs {
 
     /// The units that are not fresh (see `--skip-fresh`), and every unit that reads
     /// one of those: its input will change when the upstream unit runs.
-    pub fn stale(&self, units: Vec<Unit>, vars: &[Var]) -> Result<Vec<Unit>> {
+    pub fn stale_units(&self, units: Vec<Unit>, vars: &[Var]) -> Result<Vec<Unit>> {
         let mut kept = BTreeSet::new();
         let mut out = Vec::new();
         for u in units {
