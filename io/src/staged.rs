@@ -25,9 +25,44 @@ pub struct WrittenPartition {
     /// For a read-modify-write (a merge): publish only if the live partition is still
     /// the version it was computed from (`Some(None)`: no partition yet).
     pub(crate) expected: Option<Option<Version>>,
+    /// Where its files are already staged on the table's object store, with their
+    /// sizes (written by a cluster's executor and uploaded there); `None` while they
+    /// are only in `dir`.
+    pub(crate) uploaded: Option<Uploaded>,
+}
+
+/// A partition's files staged on the table's object store: where, and each file's
+/// name and size.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Uploaded {
+    pub url: String,
+    pub files: Vec<(String, u64)>,
 }
 
 impl WrittenPartition {
+    /// A partition another process wrote and staged for this run (an executor of a
+    /// cluster): in `dir` on a filesystem this process sees, or on the table's object
+    /// store as `uploaded` says.
+    pub fn staged_elsewhere(
+        partition: PartitionPath,
+        dir: PathBuf,
+        manifest: Manifest,
+        uploaded: Option<Uploaded>,
+    ) -> Self {
+        Self {
+            partition,
+            dir,
+            manifest,
+            expected: None,
+            uploaded,
+        }
+    }
+
+    /// Where its staged files are on the table's object store, when they are there.
+    pub fn uploaded(&self) -> Option<&Uploaded> {
+        self.uploaded.as_ref()
+    }
+
     pub fn partition(&self) -> &PartitionPath {
         &self.partition
     }
@@ -57,6 +92,9 @@ impl WrittenPartition {
     /// The bytes its staged files take, footers included (a file that cannot be looked
     /// at counts its manifest's data bytes).
     pub fn bytes(&self) -> u64 {
+        if let Some(up) = &self.uploaded {
+            return up.files.iter().map(|(_, size)| size).sum();
+        }
         self.manifest
             .files
             .iter()

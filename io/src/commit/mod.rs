@@ -17,7 +17,7 @@ pub mod object;
 
 /// This process's host as leases and lock files name it: `$IDEM_HOST`, else the
 /// kernel's hostname.
-pub(crate) fn hostname() -> String {
+pub fn hostname() -> String {
     if let Some(host) = std::env::var("IDEM_HOST")
         .ok()
         .filter(|h| !h.trim().is_empty())
@@ -208,6 +208,13 @@ pub trait CommitBackend: Send + Sync {
     /// Makes a checked partition live atomically, replacing what was there; only
     /// under the table's publish fence.
     fn publish(&self, part: Checked, fence: &PublishGuard) -> Result<Published>;
+    /// Moves a partition staged in this process's `staging_dir` to where the process
+    /// that publishes it finds it: on an object store, its files are uploaded to the
+    /// run's staging prefix and the local copies removed; on disk they stay where
+    /// they are (the publishing process must see the same filesystem).
+    fn stage_for_publisher(&self, part: WrittenPartition) -> Result<WrittenPartition> {
+        Ok(part)
+    }
     /// Removes a staged partition that will not be published.
     fn discard(&self, part: WrittenPartition) -> Result<()>;
     /// Removes what a run staged (after publishing, or after it failed).

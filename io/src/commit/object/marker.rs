@@ -65,20 +65,23 @@ impl ObjectTable {
     pub(super) async fn publish_async(&self, written: &WrittenPartition) -> Result<PublishMode> {
         let p = &written.partition;
         let run_id = &written.manifest.run.run_id;
-        let rel = p.rel_path().to_string_lossy().into_owned();
-        let staging = if rel.is_empty() {
-            format!("{}/_table", self.staging_prefix(run_id))
-        } else {
-            format!("{}/{rel}", self.staging_prefix(run_id))
+        let staging = self.staged_prefix(run_id, p);
+        let files = match &written.uploaded {
+            // Staged there by an executor of a cluster: the existence check below
+            // makes sure they still are.
+            Some(up) => up.files.clone(),
+            None => {
+                let mut files = Vec::with_capacity(written.manifest.files.len());
+                for f in &written.manifest.files {
+                    let key = raw_key(format!("{staging}/{}", f.name));
+                    let size = self
+                        .upload(&written.dir.join(&f.name), &key, run_id)
+                        .await?;
+                    files.push((f.name.clone(), size));
+                }
+                files
+            }
         };
-        let mut files = Vec::with_capacity(written.manifest.files.len());
-        for f in &written.manifest.files {
-            let key = raw_key(format!("{staging}/{}", f.name));
-            let size = self
-                .upload(&written.dir.join(&f.name), &key, run_id)
-                .await?;
-            files.push((f.name.clone(), size));
-        }
         crate::failpoint::hit("before_swap")?;
         for _ in 0..COMMIT_ROUNDS {
             // The staged files must still be there (no one took this run for dead):
@@ -169,7 +172,7 @@ impl ObjectTable {
         }
         Err(Error::Contention {
             op: "commit (the partition's marker kept changing under this run)",
-            location: format!("{}/{rel}", self.url),
+            location: format!("{}/{}", self.url, p.rel_path().display()),
             reason: "too many concurrent commits".into(),
         })
     }

@@ -168,6 +168,16 @@ impl ObjectTable {
         raw_key(format!("{}/staging/{run_id}", self.meta))
     }
 
+    /// The key prefix under which run `run_id` stages partition `p`'s files.
+    fn staged_prefix(&self, run_id: &str, p: &PartitionPath) -> String {
+        let rel = p.rel_path().to_string_lossy().into_owned();
+        if rel.is_empty() {
+            format!("{}/_table", self.staging_prefix(run_id))
+        } else {
+            format!("{}/{rel}", self.staging_prefix(run_id))
+        }
+    }
+
     /// The (small) object at `key` with its metadata; `None` when there is none.
     async fn read(
         &self,
@@ -382,6 +392,27 @@ impl CommitBackend for ObjectTable {
             partition: written.partition,
             mode,
         })
+    }
+
+    fn stage_for_publisher(&self, mut part: WrittenPartition) -> Result<WrittenPartition> {
+        let run_id = part.manifest.run.run_id.clone();
+        let staging = self.staged_prefix(&run_id, &part.partition);
+        let files = self.block(async {
+            let mut files = Vec::with_capacity(part.manifest.files.len());
+            for f in &part.manifest.files {
+                let key = raw_key(format!("{staging}/{}", f.name));
+                let size = self.upload(&part.dir.join(&f.name), &key, &run_id).await?;
+                files.push((f.name.clone(), size));
+            }
+            Ok::<_, Error>(files)
+        })?;
+        crate::durable::remove_dir_all(&part.dir)?;
+        let base = crate::store::store_base(&self.url).unwrap_or_default();
+        part.uploaded = Some(crate::staged::Uploaded {
+            url: format!("{base}/{staging}"),
+            files,
+        });
+        Ok(part)
     }
 
     fn discard(&self, part: WrittenPartition) -> Result<()> {
