@@ -58,6 +58,7 @@ fn merge(c: &mut Criterion) {
         date: "2026-06-01".into(),
         vars: Vec::new(),
         skip_fresh: false,
+        cluster: None,
     };
     let go = |j: &Job| rt.block_on(run(j, &opts, Arc::new(Quiet))).unwrap();
 

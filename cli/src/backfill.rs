@@ -46,6 +46,10 @@ pub struct BackfillArgs {
     /// inputs that have not changed since.
     #[arg(long)]
     skip_fresh: bool,
+    /// Run each date's plan on a Ballista cluster: `df://HOST:PORT` or `standalone`.
+    /// Overrides the jobs' `[execution] cluster`.
+    #[arg(long, value_name = "df://HOST:PORT")]
+    cluster: Option<String>,
     /// Run only unit I of the range, as `idem dates` numbers them (from 0), after
     /// bringing the upstream units it reads up to date. `--index` without a value
     /// reads I from JOB_COMPLETION_INDEX, as Kubernetes Indexed Jobs set it.
@@ -390,6 +394,7 @@ fn backfill_job(
         concurrency,
         fail_fast: args.fail_fast,
         skip_fresh,
+        cluster: crate::cluster::parse(args.cluster.as_deref())?,
         stop: Arc::clone(&flags.stop),
     };
     let json = args.json;

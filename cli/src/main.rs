@@ -6,6 +6,7 @@
 //! date differ; 5 the transform failed on the date's data. Only 1 is worth retrying.
 
 mod backfill;
+mod cluster;
 mod render;
 
 use std::io::IsTerminal;
@@ -54,6 +55,10 @@ enum Command {
     Plan(ProjectArgs),
     /// List downstream partitions whose upstream inputs changed since they were written.
     Stale(ProjectArgs),
+    /// Run a Ballista scheduler with idem's codec, for `--cluster df://HOST:PORT`.
+    Scheduler(cluster::SchedulerArgs),
+    /// Run a Ballista executor with idem's writer, UDFs and object stores.
+    Executor(cluster::ExecutorArgs),
     /// Generate deterministic sample data.
     #[command(subcommand)]
     Gen(GenCommand),
@@ -73,6 +78,11 @@ struct RunArgs {
     /// Print the result as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Run the plan on a Ballista cluster: `df://HOST:PORT` (a scheduler, see `idem
+    /// scheduler`) or `standalone` (one in this process). Overrides the job's
+    /// `[execution] cluster`.
+    #[arg(long, value_name = "df://HOST:PORT")]
+    cluster: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -181,6 +191,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 date: args.date.clone(),
                 vars: parse_vars(&args.vars)?,
                 skip_fresh: false,
+                cluster: cluster::parse(args.cluster.as_deref())?,
             };
             let progress = render::Progress::new(!args.json && std::io::stderr().is_terminal());
             let report = runtime()?.block_on(idem_engine::run::run(
@@ -201,6 +212,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 date: args.date.clone(),
                 vars: parse_vars(&args.vars)?,
                 skip_fresh: false,
+                cluster: cluster::parse(args.cluster.as_deref())?,
             };
             let report = runtime()?.block_on(idem_engine::verify::verify(&job, &opts))?;
             if args.json {
@@ -224,6 +236,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Gen(g) => gen_data(g),
+        Command::Scheduler(args) => cluster::scheduler(args),
+        Command::Executor(args) => cluster::executor(args),
         Command::Plan(args) => {
             let project = idem_engine::project::Project::load(&args.project)?;
             let plan = project.plan();

@@ -86,12 +86,16 @@ pub fn bytes(n: u64) -> String {
 
 pub fn report(r: &RunReport) {
     println!(
-        "{} {}  run {}  ({} input file{})",
+        "{} {}  run {}  ({} input file{}){}",
         r.job,
         r.logical_date,
         r.run_id,
         r.inputs,
-        if r.inputs == 1 { "" } else { "s" }
+        if r.inputs == 1 { "" } else { "s" },
+        r.cluster
+            .as_ref()
+            .map(|c| format!("  on cluster {c}"))
+            .unwrap_or_default()
     );
     let width = column_width(r.partitions.iter().map(|p| p.partition.as_str()));
     println!(

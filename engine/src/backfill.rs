@@ -23,6 +23,8 @@ pub struct BackfillOptions {
     pub concurrency: usize,
     pub fail_fast: bool,
     pub skip_fresh: bool,
+    /// Run each date's plan on this cluster, over the job's `[execution] cluster`.
+    pub cluster: Option<crate::cluster::Cluster>,
     /// Set (by a Ctrl-C handler, say) to start no further dates; running ones finish.
     pub stop: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -73,6 +75,7 @@ pub async fn backfill(
             date: date.clone(),
             vars: opts.vars.clone(),
             skip_fresh: opts.skip_fresh,
+            cluster: opts.cluster.clone(),
         };
         let on_event = Arc::clone(&on_event);
         let running = Arc::clone(&running);

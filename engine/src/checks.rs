@@ -59,11 +59,36 @@ async fn register_output(
     let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
     let mut union: Option<DataFrame> = None;
     for part in staged {
-        let dir = format!("{}/", part.dir().display());
-        let mut df = ctx
-            .read_parquet(dir, ParquetReadOptions::default())
-            .await
-            .map_err(exec)?;
+        let mut df = match part.uploaded() {
+            // Staged on the object store by a cluster's executor: exactly the files it
+            // described (a retried task may have left others beside them).
+            Some(up) => {
+                let store = idem_io::store::object_store(&up.url, job.storage_for(&up.url))
+                    .map_err(|e| Error::Storage {
+                        target: job.target.path.clone(),
+                        source: e,
+                    })?;
+                let base = datafusion::datasource::listing::ListingTableUrl::parse(&up.url)
+                    .map_err(exec)?
+                    .object_store();
+                ctx.register_object_store(base.as_ref(), store);
+                let files: Vec<String> = up
+                    .files
+                    .iter()
+                    .map(|(name, _)| idem_io::store::datafusion_url(&format!("{}/{name}", up.url)))
+                    .collect();
+                ctx.read_parquet(files, ParquetReadOptions::default())
+                    .await
+                    .map_err(exec)?
+            }
+            None => ctx
+                .read_parquet(
+                    format!("{}/", part.dir().display()),
+                    ParquetReadOptions::default(),
+                )
+                .await
+                .map_err(exec)?,
+        };
         for (col, value) in part.partition().parts() {
             let field = output
                 .field_with_name(col)

@@ -71,6 +71,14 @@ pub enum Error {
         message: String,
     },
 
+    /// The cluster could not run the plan (unreachable, a task failed for good).
+    #[error("job file {path}: cluster {cluster}: {message}")]
+    Cluster {
+        path: PathBuf,
+        cluster: String,
+        message: String,
+    },
+
     #[error("job file {path}: [target] path {target}: {message}")]
     Target {
         path: PathBuf,

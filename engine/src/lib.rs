@@ -6,6 +6,7 @@
 
 pub mod backfill;
 pub mod checks;
+pub mod cluster;
 mod error;
 pub mod guard;
 pub mod job;

@@ -92,6 +92,7 @@ impl Project {
                 date: u.date.clone(),
                 vars: vars.to_vec(),
                 skip_fresh: true,
+                cluster: None,
             };
             let needed = u.after.iter().any(|i| kept.contains(i))
                 || fresh_partitions(self.job(&u.job), &opts)?.is_none();

@@ -94,8 +94,17 @@ pub struct Table {
     b: tempfile::TempDir,
 }
 
+/// What the scenarios that apply to a cluster append to the month and daily jobs.
+const ON_STANDALONE_CLUSTER: &str = "\n[execution]\ncluster = \"standalone\"\npartitions = 3\n";
+
 impl Table {
     pub fn new(backend: Backend, tag: &str) -> Table {
+        Table::with_execution(backend, tag, "")
+    }
+
+    /// A table whose month and daily jobs run their plans as `execution` (a job
+    /// file's `[execution]` table) says; the reference job runs in the process.
+    pub fn with_execution(backend: Backend, tag: &str, execution: &str) -> Table {
         let lake = Lake::new();
         let bucket = bucket(tag);
         if backend != Backend::Local {
@@ -108,8 +117,14 @@ impl Table {
             Backend::Local => format!("out/{name}"),
             _ => format!("{}://{bucket}/lake/{name}", backend.scheme()),
         };
-        let job = lake.job("crashy", &MONTH_JOB.replace("TARGET", &target("crashy")));
-        let daily_job = lake.job("daily", &DAILY_JOB.replace("TARGET", &target("daily")));
+        let job = lake.job(
+            "crashy",
+            &(MONTH_JOB.replace("TARGET", &target("crashy")) + execution),
+        );
+        let daily_job = lake.job(
+            "daily",
+            &(DAILY_JOB.replace("TARGET", &target("daily")) + execution),
+        );
         let ref_job = lake.job("ref", &MONTH_JOB.replace("TARGET", "out/ref"));
         let b = tempfile::tempdir().unwrap();
         let spec = idem_testdata::OrdersSpec {
@@ -349,10 +364,16 @@ fn digests_of(status: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition(backend: Backend) {
-    let t = Table::new(backend, "twice");
+fn twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition(
+    backend: Backend,
+    execution: &str,
+) {
+    let t = Table::with_execution(backend, "twice", execution);
     let first = t.run_ok(&t.job);
     assert_eq!(actions(&first).len(), 7, "{backend:?}");
+    // The report names where the plan ran.
+    let ran_on = (!execution.is_empty()).then_some("standalone");
+    assert_eq!(first[0]["cluster"].as_str(), ran_on, "{backend:?}");
     assert!(actions(&first).iter().all(|(_, a)| a == "written"));
     assert_eq!(t.digests(), t.reference(), "{backend:?}");
     assert_eq!(
@@ -390,8 +411,11 @@ fn twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition(backend: Ba
     assert_eq!(log[0]["partition"], "dt=2026-06-03", "{backend:?}");
 }
 
-fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean(backend: Backend) {
-    let t = Table::new(backend, "empty");
+fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean(
+    backend: Backend,
+    execution: &str,
+) {
+    let t = Table::with_execution(backend, "empty", execution);
     // 2026-06-09 has no source rows: the run still owns and publishes the day.
     let out = t.ok(&["run", &t.daily_job, "--date", "2026-06-09", "--json"]);
     assert_eq!(
@@ -436,8 +460,8 @@ fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean(b
     );
 }
 
-fn a_failed_check_leaves_the_live_table_untouched(backend: Backend) {
-    let t = Table::new(backend, "chk");
+fn a_failed_check_leaves_the_live_table_untouched(backend: Backend, execution: &str) {
+    let t = Table::with_execution(backend, "chk", execution);
     t.run_ok(&t.job);
     let before = t.everything();
     t.switch_to_b(None);
@@ -592,17 +616,17 @@ macro_rules! per_backend {
 
             #[test]
             fn twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition() {
-                super::twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition($variant)
+                super::twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition($variant, "")
             }
 
             #[test]
             fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean() {
-                super::an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean($variant)
+                super::an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean($variant, "")
             }
 
             #[test]
             fn a_failed_check_leaves_the_live_table_untouched() {
-                super::a_failed_check_leaves_the_live_table_untouched($variant)
+                super::a_failed_check_leaves_the_live_table_untouched($variant, "")
             }
 
             #[test]
@@ -619,6 +643,46 @@ macro_rules! per_backend {
 }
 
 per_backend!(local: Backend::Local, s3: Backend::S3, azure: Backend::Azure);
+
+/// The scenarios that apply to a run on a cluster, on Ballista's in-process cluster:
+/// the digests must equal a local run's (the reference table), and the table must be
+/// left exactly as a local run leaves it.
+macro_rules! on_standalone_cluster {
+    ($($backend:ident: $variant:expr),*) => {$(
+        mod $backend {
+            use super::*;
+
+            #[test]
+            fn twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition() {
+                super::twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition(
+                    $variant,
+                    ON_STANDALONE_CLUSTER,
+                )
+            }
+
+            #[test]
+            fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean() {
+                super::an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean(
+                    $variant,
+                    ON_STANDALONE_CLUSTER,
+                )
+            }
+
+            #[test]
+            fn a_failed_check_leaves_the_live_table_untouched() {
+                super::a_failed_check_leaves_the_live_table_untouched(
+                    $variant,
+                    ON_STANDALONE_CLUSTER,
+                )
+            }
+        }
+    )*};
+}
+
+mod standalone_cluster {
+    use super::*;
+    on_standalone_cluster!(local: Backend::Local, s3: Backend::S3);
+}
 
 /// A real process dies at its Nth storage call (`IDEM_FAULTS=crash@N`: abort there),
 /// for every Nth call of a run that rewrites the month, spread over the whole run: the

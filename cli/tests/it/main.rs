@@ -3,6 +3,7 @@
 
 mod backfill;
 mod checks;
+mod cluster;
 mod common;
 mod concurrent;
 mod conformance;

@@ -26,6 +26,20 @@ pub(super) struct JobFile {
     /// not what it is, so they are not part of the job's fingerprint.
     #[serde(default, skip_serializing)]
     pub(super) storage: idem_io::store::StorageOptions,
+    /// Where the transform runs (this process, or a Ballista cluster). It does not
+    /// change the rows written, so it is not part of the fingerprint.
+    #[serde(default, skip_serializing)]
+    pub(super) execution: ExecutionFile,
+}
+
+/// The `[execution]` table of a job file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ExecutionFile {
+    /// `df://HOST:PORT` (a Ballista scheduler) or `standalone` (an in-process cluster).
+    pub(super) cluster: Option<String>,
+    /// How many tasks each stage of the plan is split into on the cluster.
+    pub(super) partitions: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, Serialize)]

@@ -22,6 +22,7 @@ use file::{JobFile, PartitionColumnFile, SourceFile};
 use values::{
     absolute, byte_size, compression, expand, is_identifier, partition_type, toml_message,
 };
+pub(crate) use values::{compression as parse_compression, compression_text};
 
 impl Target {
     /// Whether the table lives on an object store.
@@ -45,6 +46,17 @@ pub struct Job {
     pub storage: idem_io::store::StorageOptions,
     /// Hash of everything that determines the output: the parsed job and its SQL.
     pub fingerprint: String,
+    /// Where the transform runs: `[execution]`, which `--cluster` overrides.
+    pub execution: Execution,
+}
+
+/// Where a job's transform runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Execution {
+    /// A Ballista cluster; `None` runs in this process.
+    pub cluster: Option<crate::cluster::Cluster>,
+    /// Tasks per stage on the cluster (the physical plan's partition count).
+    pub partitions: Option<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -317,7 +329,26 @@ impl Job {
             canon.push_str(&format!("\ntarget {}", target.path.display()));
             format!("{:016x}", xxhash_rust::xxh3::xxh3_64(canon.as_bytes()))
         };
+        let execution = Execution {
+            cluster: match &file.execution.cluster {
+                None => None,
+                Some(c) => Some(
+                    crate::cluster::Cluster::parse(c)
+                        .map_err(|m| invalid(format!("[execution] cluster: {m}")))?,
+                ),
+            },
+            partitions: match file.execution.partitions {
+                Some(0) => {
+                    return Err(invalid("[execution] partitions must be positive".into()));
+                }
+                p => p,
+            },
+        };
+        if execution.cluster.is_some() && target.mode == Mode::Merge {
+            return Err(invalid(crate::cluster::MERGE_REFUSED.into()));
+        }
         Ok(Job {
+            execution,
             path: path.to_path_buf(),
             name: file.name,
             allow_nondeterministic: file.allow_nondeterministic,
@@ -451,6 +482,44 @@ sql = "select 1 as x, date '2026-01-01' as dt"
 path = "out/t"
 partition_by = ["dt"]
 "#;
+
+    #[test]
+    fn execution_names_a_cluster_outside_the_fingerprint() {
+        let local = parse(MINIMAL).unwrap();
+        assert_eq!(local.execution, Execution::default());
+        let text =
+            format!("{MINIMAL}[execution]\ncluster = \"df://sched:50050\"\npartitions = 8\n");
+        let on = parse(&text).unwrap();
+        assert_eq!(
+            on.execution.cluster.as_ref().unwrap().to_string(),
+            "df://sched:50050"
+        );
+        assert_eq!(on.execution.partitions, Some(8));
+        assert_eq!(on.fingerprint, local.fingerprint);
+
+        let bad = parse(&format!(
+            "{MINIMAL}[execution]\ncluster = \"sched:50050\"\n"
+        ));
+        let err = bad.unwrap_err().to_string();
+        assert!(
+            err.contains("jobs/t.toml") && err.contains("[execution] cluster"),
+            "{err}"
+        );
+        let zero = parse(&format!("{MINIMAL}[execution]\npartitions = 0\n"));
+        assert!(
+            zero.unwrap_err()
+                .to_string()
+                .contains("partitions must be positive")
+        );
+        let merge = MINIMAL.replace(
+            "partition_by = [\"dt\"]",
+            "partition_by = [\"dt\"]\nmode = \"merge\"\nkey = [\"x\"]",
+        );
+        let err = parse(&format!("{merge}[execution]\ncluster = \"standalone\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot run on a cluster"), "{err}");
+    }
 
     #[test]
     fn minimal_job_parses() {

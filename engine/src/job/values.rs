@@ -23,7 +23,18 @@ pub(super) fn partition_type(name: &str) -> std::result::Result<DataType, String
     })
 }
 
-pub(super) fn compression(s: &str) -> std::result::Result<Compression, String> {
+/// The text [`compression`] parses back into `c`.
+pub(crate) fn compression_text(c: Compression) -> String {
+    match c {
+        Compression::UNCOMPRESSED => "none".into(),
+        Compression::LZ4_RAW | Compression::LZ4 => "lz4".into(),
+        Compression::ZSTD(l) => format!("zstd({})", l.compression_level()),
+        Compression::GZIP(l) => format!("gzip({})", l.compression_level()),
+        _ => "snappy".into(),
+    }
+}
+
+pub(crate) fn compression(s: &str) -> std::result::Result<Compression, String> {
     let lower = s.to_ascii_lowercase();
     let (name, level) = match lower.split_once('(') {
         Some((n, rest)) => (

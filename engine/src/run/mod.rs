@@ -14,7 +14,7 @@ mod lifecycle;
 pub mod plan;
 mod publish;
 pub mod report;
-mod stage;
+pub(crate) mod stage;
 mod unchanged;
 
 pub use plan::{Planned, plan, plan_unchecked};
@@ -43,6 +43,7 @@ use unchanged::{confirm_unchanged, may_confirm_unchanged};
 /// Plans and executes a run, publishing its partitions.
 pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> Result<RunReport> {
     let started = Instant::now();
+    let job = &on_cluster(job, opts)?;
     let fresh = if opts.skip_fresh || may_confirm_unchanged(job) {
         let (job2, opts2) = (job.clone(), opts.clone());
         crate::blocking(move || crate::run::fresh::fresh_partitions(&job2, &opts2)).await
@@ -66,6 +67,7 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
         });
     }
     if may_confirm_unchanged(job)
+        && job.execution.cluster.is_none()
         && let Some(fresh) = fresh
     {
         match confirm_unchanged(job, opts, &fresh, Arc::clone(&observer)).await {
@@ -101,8 +103,39 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
     }
 }
 
+/// `job` with `--cluster` over its `[execution] cluster`; a merge is refused there.
+fn on_cluster(job: &Job, opts: &RunOptions) -> Result<Job> {
+    let mut job = job.clone();
+    if let Some(cluster) = &opts.cluster {
+        job.execution.cluster = Some(cluster.clone());
+    }
+    if job.execution.cluster.is_some() && job.target.mode == Mode::Merge {
+        return Err(Error::JobInvalid {
+            path: job.path.clone(),
+            message: crate::cluster::MERGE_REFUSED.into(),
+        });
+    }
+    Ok(job)
+}
+
 /// How often a merge is computed again after losing a commit to another writer.
 const MERGE_ATTEMPTS: u32 = 8;
+
+/// The run's physical plan; on a cluster, split into as many tasks per stage as
+/// `[execution] partitions` says.
+async fn physical_plan(
+    job: &Job,
+    df: datafusion::dataframe::DataFrame,
+) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    match job.execution.partitions {
+        Some(n) if job.execution.cluster.is_some() => {
+            let (mut state, plan) = df.into_parts();
+            state.config_mut().options_mut().execution.target_partitions = n;
+            state.create_physical_plan(&plan).await
+        }
+        _ => df.create_physical_plan().await,
+    }
+}
 
 /// Executes a planned run.
 pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<RunReport> {
@@ -185,7 +218,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             (df, None)
         };
         let kept = Arc::new(kept);
-        let plan = match df.create_physical_plan().await {
+        let plan = match physical_plan(&job, df).await {
             Ok(plan) => plan,
             Err(e) => return Err(explain(&job, &ctx, exec_err(e)).await),
         };
@@ -212,18 +245,33 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         let inputs = run_info.inputs.len();
         let data_schema = Arc::clone(Router::new(&output, &job.target.partition_by).data_schema());
 
-        let writers = match stage(
-            &job,
-            &table,
-            &run_id,
-            &ctx,
-            plan,
-            &output,
-            &kept,
-            observer.as_ref(),
-        )
-        .await
-        {
+        let staged = match &job.execution.cluster {
+            None => stage(
+                &job,
+                &table,
+                &run_id,
+                &ctx,
+                plan,
+                &output,
+                &kept,
+                observer.as_ref(),
+            )
+            .await
+            .map(|writers| (writers, Vec::new())),
+            Some(cluster) => {
+                observer.phase("writing on the cluster");
+                let r = crate::cluster::ClusterRun {
+                    job: &job,
+                    cluster,
+                    run: &run_info,
+                    schema: schema_desc.clone(),
+                };
+                crate::cluster::stage(r, plan, &output)
+                    .await
+                    .map(|staged| (Default::default(), staged))
+            }
+        };
+        let (writers, staged_elsewhere) = match staged {
             Ok(writers) => writers,
             Err(e @ Error::Execution { .. }) => {
                 // A read that failed on a file a newer commit removed: computed again.
@@ -257,6 +305,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                 &kept,
                 &data_schema,
                 writers,
+                staged_elsewhere,
                 &run_info,
                 schema_desc,
                 observer2.as_ref(),
@@ -305,6 +354,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         elapsed_ms: started.elapsed().as_millis() as u64,
         warnings,
         merge: merge_stats,
+        cluster: job.execution.cluster.as_ref().map(|c| c.to_string()),
         ..RunReport::of(&job, &window, run_id, inputs, partitions)
     })
 }

@@ -16,6 +16,8 @@ pub struct RunOptions {
     pub vars: Vec<Var>,
     /// Skip the run when every partition its window owns is fresh (see `freshness`).
     pub skip_fresh: bool,
+    /// Run the plan on this cluster, over the job's `[execution] cluster`.
+    pub cluster: Option<crate::cluster::Cluster>,
 }
 
 impl RunOptions {
@@ -82,6 +84,10 @@ pub struct RunReport {
     /// For a merge: how many files it read and how many it kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merge: Option<crate::merge::MergeStats>,
+    /// The cluster the plan ran on (`df://HOST:PORT`, `standalone`); absent when it
+    /// ran in this process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 impl RunReport {
@@ -107,6 +113,7 @@ impl RunReport {
             elapsed_ms: 0,
             warnings: Vec::new(),
             merge: None,
+            cluster: None,
         }
     }
 }

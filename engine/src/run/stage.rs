@@ -27,9 +27,9 @@ use crate::window::{Window, interval_of};
 
 /// Memory the buffered row groups of all partitions of a run may hold before the
 /// largest is flushed early.
-pub(super) const WRITE_BUFFER_BUDGET: usize = 512 << 20;
+pub(crate) const WRITE_BUFFER_BUDGET: usize = 512 << 20;
 
-pub(super) type Writers = BTreeMap<PartitionPath, PartitionWriter>;
+pub(crate) type Writers = BTreeMap<PartitionPath, PartitionWriter>;
 
 /// Streams the plan's output into per-partition writers in the staging area.
 #[allow(clippy::too_many_arguments)]
@@ -177,11 +177,11 @@ pub(super) struct Kept {
 }
 
 /// The longest directory name (and object key segment) file systems allow, in bytes.
-pub(super) const MAX_NAME: usize = 255;
+pub(crate) const MAX_NAME: usize = 255;
 
 /// A partition whose directory name no file system can hold is bad input, refused by
 /// name before anything is staged for it.
-pub(super) fn check_partition_name(job: &std::path::Path, p: &PartitionPath) -> Result<()> {
+pub(crate) fn check_partition_name(job: &std::path::Path, p: &PartitionPath) -> Result<()> {
     let rel = p.rel_path();
     match rel.iter().find(|s| s.len() > MAX_NAME) {
         None => Ok(()),
@@ -233,7 +233,7 @@ pub(super) fn new_writer(
 /// Flushes the largest buffered row groups early when all partitions together hold
 /// more than the budget, so a run over many partitions stays in bounded memory.
 /// An error names the partition whose flush failed.
-pub(super) fn enforce_budget(
+pub(crate) fn enforce_budget(
     writers: &mut Writers,
 ) -> std::result::Result<(), (String, idem_io::Error)> {
     loop {
@@ -262,6 +262,7 @@ pub(super) fn finalize(
     kept: &Kept,
     data_schema: &SchemaRef,
     mut writers: Writers,
+    elsewhere: Vec<WrittenPartition>,
     run: &RunInfo,
     schema: Vec<ColumnEntry>,
     observer: &dyn Observer,
@@ -276,7 +277,10 @@ pub(super) fn finalize(
     // whole day with one hour's rows would drop the other hours.
     let window_checks = merge_affected.is_none();
     if let Some(tc) = time.map(|t| t.name.as_str()).filter(|_| window_checks) {
-        for p in writers.keys() {
+        for p in writers
+            .keys()
+            .chain(elsewhere.iter().map(|w| w.partition()))
+        {
             let Some(Some(value)) = p.value(tc) else {
                 continue;
             };
@@ -305,7 +309,11 @@ pub(super) fn finalize(
                 ));
             }
         }
-        if writers.keys().any(|p| p.is_null_anywhere()) {
+        if writers
+            .keys()
+            .chain(elsewhere.iter().map(|w| w.partition()))
+            .any(|p| p.is_null_anywhere())
+        {
             warnings.push(format!(
                 "some rows have NULL in a partition column; they were written to the Hive default partition ({})",
                 idem_io::hive::DEFAULT_PARTITION
@@ -320,7 +328,7 @@ pub(super) fn finalize(
         None => owned_partitions(job, table, window, time).map_err(storage)?,
     };
     for p in owned {
-        if writers.contains_key(&p) {
+        if writers.contains_key(&p) || elsewhere.iter().any(|w| *w.partition() == p) {
             continue;
         }
         let w = new_writer(
@@ -335,7 +343,7 @@ pub(super) fn finalize(
     }
 
     observer.phase("finishing");
-    let mut staged: Vec<WrittenPartition> = Vec::with_capacity(writers.len());
+    let mut staged: Vec<WrittenPartition> = elsewhere;
     for (p, w) in writers {
         staged.push(
             w.finish(run, schema.clone())

@@ -211,6 +211,7 @@ file_size = "1 KiB"
             concurrency: 2,
             fail_fast: false,
             skip_fresh: false,
+            cluster: None,
             stop: Default::default(),
         };
         let outcomes = Self::runtime().block_on(idem_engine::backfill::backfill(

@@ -1,0 +1,317 @@
+//! A date's plan on a Ballista cluster, committed by idem.
+//!
+//! The client plans the run as it would locally (sources listed, the determinism guard,
+//! the output's schema), then wraps the physical plan in [`IdemSinkExec`]: the rows are
+//! hash-partitioned by the target's partition columns, so each partition is written
+//! whole by one task, with idem's own writer (canonical digest sums, the manifest in
+//! every footer). A task stages its partitions where the publishing client finds them
+//! (the table's staging prefix on an object store) and returns a description of each:
+//! partition, files, sizes, rows and digest. The client assembles the run from those
+//! descriptions only, never from a listing, since a retried task leaves orphans; then
+//! checks and publishes through the table's commit protocol as a local run does. What a
+//! failed or retried task staged is never published, and the run's cleanup (or `gc`)
+//! removes it.
+//!
+//! The scheduler and executors are Ballista's, started by `idem scheduler` and
+//! `idem executor` with idem's codec ([`IdemCodec`]), UDFs and object stores.
+
+mod codec;
+mod serve;
+mod sink;
+mod stores;
+
+pub use codec::IdemCodec;
+pub use serve::{ExecutorOptions, SchedulerOptions, serve_executor, serve_scheduler};
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, SchemaRef};
+use ballista_core::config::BallistaConfig;
+use ballista_core::execution_plans::execute_physical_plan;
+use datafusion::common::ScalarValue;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{CaseExpr, CastExpr, Column, InListExpr, Literal};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use datafusion_proto::protobuf::PhysicalPlanNode;
+use futures::TryStreamExt;
+use idem_io::hive::PartitionPath;
+use idem_io::manifest::{ColumnEntry, RunInfo};
+use idem_io::writer::WrittenPartition;
+
+use crate::error::{Error, Result};
+use crate::job::Job;
+use sink::{IdemSinkExec, SinkSpec, StagedDescription};
+
+/// The error for a merge sent to a cluster.
+pub const MERGE_REFUSED: &str = "mode = \"merge\" cannot run on a cluster yet: run it \
+     without [execution] cluster (or --cluster), on this machine";
+
+/// Where a job's plan runs when not in this process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cluster {
+    /// A scheduler and an executor in this process (Ballista's standalone mode): the
+    /// whole distributed path on one machine, for tests and for trying it out.
+    Standalone,
+    /// The Ballista scheduler at `df://HOST:PORT`.
+    Remote { host: String, port: u16 },
+}
+
+impl Cluster {
+    /// `df://HOST:PORT` or `standalone`.
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        let s = s.trim();
+        if s == "standalone" {
+            return Ok(Cluster::Standalone);
+        }
+        let bad = || format!("`{s}` is neither `df://HOST:PORT` (a scheduler) nor `standalone`");
+        let rest = s.strip_prefix("df://").ok_or_else(bad)?;
+        let (host, port) = rest
+            .trim_end_matches('/')
+            .rsplit_once(':')
+            .ok_or_else(bad)?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("`{s}`: the port `{port}` is not a number below 65536"))?;
+        if host.is_empty() || host.contains('/') {
+            return Err(bad());
+        }
+        Ok(Cluster::Remote {
+            host: host.to_string(),
+            port,
+        })
+    }
+
+    /// The scheduler's gRPC URL, starting the in-process cluster when standalone.
+    async fn scheduler_url(&self) -> std::result::Result<String, String> {
+        match self {
+            Cluster::Remote { host, port } => Ok(format!("http://{host}:{port}")),
+            Cluster::Standalone => serve::standalone().await,
+        }
+    }
+}
+
+impl fmt::Display for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cluster::Standalone => f.write_str("standalone"),
+            Cluster::Remote { host, port } => write!(f, "df://{host}:{port}"),
+        }
+    }
+}
+
+/// What a run on a cluster needs to know besides the plan.
+pub(crate) struct ClusterRun<'a> {
+    pub job: &'a Job,
+    pub cluster: &'a Cluster,
+    pub run: &'a RunInfo,
+    pub schema: Vec<ColumnEntry>,
+}
+
+/// Executes `plan` on the cluster, each partition of the output written and staged by
+/// one task, and returns the staged partitions as the tasks describe them.
+pub(crate) async fn stage(
+    r: ClusterRun<'_>,
+    plan: Arc<dyn ExecutionPlan>,
+    output: &SchemaRef,
+) -> Result<Vec<WrittenPartition>> {
+    let job = r.job;
+    let fail = |message: String| Error::Cluster {
+        path: job.path.clone(),
+        cluster: r.cluster.to_string(),
+        message,
+    };
+    let spec = SinkSpec::new(job, r.run.clone(), r.schema);
+    let tasks = job
+        .execution
+        .partitions
+        .unwrap_or_else(|| plan.properties().output_partitioning().partition_count())
+        .max(1);
+    let input = by_partition(plan, output, &job.target.partition_by, tasks)
+        .map_err(|e| fail(format!("planning the write: {e}")))?;
+    let sink: Arc<dyn ExecutionPlan> = Arc::new(IdemSinkExec::new(input, spec));
+    let url = r.cluster.scheduler_url().await.map_err(&fail)?;
+    let config = stores::session_config(&stores::stores_of(job));
+    let codec = IdemCodec::default();
+    let stream = execute_physical_plan::<PhysicalPlanNode>(
+        url,
+        &BallistaConfig::default(),
+        sink,
+        &codec,
+        r.run.run_id.clone(),
+        config,
+    )
+    .await
+    .map_err(|e| fail(e.to_string()))?;
+    let batches: Vec<_> = stream
+        .try_collect()
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let mut staged: BTreeMap<PartitionPath, WrittenPartition> = BTreeMap::new();
+    for batch in &batches {
+        let col = batch.column(0).as_string::<i32>();
+        for i in 0..col.len() {
+            let d: StagedDescription = serde_json::from_str(col.value(i))
+                .map_err(|e| fail(format!("a task's description does not parse: {e}")))?;
+            let w = d.into_staged().map_err(&fail)?;
+            match staged.get(w.partition()) {
+                None => {
+                    staged.insert(w.partition().clone(), w);
+                }
+                // Two attempts of one task both finished (the cluster ran it again
+                // after losing an executor): either is the partition whole; the
+                // other's files are never published, and the run's cleanup removes them.
+                Some(first) if same_rows(first, &w) => {}
+                Some(first) => {
+                    return Err(fail(format!(
+                        "partition {} was written twice with different rows (digests {} and \
+                         {}): two tasks' partition values that hash apart name one directory \
+                         (NaN, or NULL beside an empty string), or the plan is not deterministic",
+                        w.partition(),
+                        first.manifest().digest,
+                        w.manifest().digest
+                    )));
+                }
+            }
+        }
+    }
+    Ok(staged.into_values().collect())
+}
+
+/// Whether two staged copies of a partition hold the same rows.
+fn same_rows(a: &WrittenPartition, b: &WrittenPartition) -> bool {
+    let (a, b) = (a.manifest(), b.manifest());
+    a.digest == b.digest && a.rows == b.rows && a.schema_fingerprint == b.schema_fingerprint
+}
+
+/// `plan`'s rows routed so that each partition of the target goes to one task: hashed
+/// on the partition columns (strings as the directory names them, so NULL, '' and the
+/// Hive default go together), or all to one task for an unpartitioned table.
+fn by_partition(
+    plan: Arc<dyn ExecutionPlan>,
+    output: &SchemaRef,
+    partition_by: &[String],
+    tasks: usize,
+) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    if partition_by.is_empty() {
+        return Ok(Arc::new(CoalescePartitionsExec::new(plan)));
+    }
+    let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::with_capacity(partition_by.len());
+    for name in partition_by {
+        let index = output.index_of(name)?;
+        let col: Arc<dyn PhysicalExpr> = Arc::new(Column::new(name, index));
+        let text = matches!(
+            output.field(index).data_type(),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        );
+        if !text {
+            exprs.push(col);
+            continue;
+        }
+        let text: Arc<dyn PhysicalExpr> = Arc::new(CastExpr::new(col, DataType::Utf8, None));
+        let lit = |v: Option<&str>| -> Arc<dyn PhysicalExpr> {
+            Arc::new(Literal::new(ScalarValue::Utf8(v.map(str::to_string))))
+        };
+        let is_default: Arc<dyn PhysicalExpr> = Arc::new(InListExpr::try_new(
+            Arc::clone(&text),
+            vec![lit(Some("")), lit(Some(idem_io::hive::DEFAULT_PARTITION))],
+            false,
+            &plan.schema(),
+        )?);
+        exprs.push(Arc::new(CaseExpr::try_new(
+            None,
+            vec![(is_default, lit(None))],
+            Some(text),
+        )?));
+    }
+    Ok(Arc::new(RepartitionExec::try_new(
+        plan,
+        Partitioning::Hash(exprs, tasks),
+    )?))
+}
+
+impl StagedDescription {
+    fn into_staged(self) -> std::result::Result<WrittenPartition, String> {
+        let partition = PartitionPath::parse(&self.partition).map_err(|e| e.to_string())?;
+        if self.uploaded.is_none() {
+            // Staged on disk by the executor: this process must see the same files.
+            for (name, size) in &self.files {
+                let path = self.dir.join(name);
+                match std::fs::metadata(&path) {
+                    Ok(m) if m.len() == *size => {}
+                    _ => {
+                        return Err(format!(
+                            "executor {} staged {} for partition {partition}, which this \
+                             machine does not see (or not whole); a local table needs its \
+                             executors on this machine or a shared filesystem, else use a \
+                             table on an object store",
+                            self.host,
+                            path.display()
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(WrittenPartition::staged_elsewhere(
+            partition,
+            self.dir,
+            self.manifest,
+            self.uploaded,
+        ))
+    }
+}
+
+/// Per object-store base URL (`s3://bucket`), the options the job reaches it with.
+pub(crate) type Stores = BTreeMap<String, idem_io::store::StorageOptions>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_addresses_parse_or_say_what_is_expected() {
+        assert_eq!(Cluster::parse("standalone"), Ok(Cluster::Standalone));
+        assert_eq!(
+            Cluster::parse("df://sched.internal:50050/"),
+            Ok(Cluster::Remote {
+                host: "sched.internal".into(),
+                port: 50050
+            })
+        );
+        assert_eq!(
+            Cluster::parse("df://sched:50050").unwrap().to_string(),
+            "df://sched:50050"
+        );
+        for bad in [
+            "sched:50050",
+            "http://sched:50050",
+            "df://sched",
+            "df://:1",
+            "df://a/b:1",
+        ] {
+            let e = Cluster::parse(bad).unwrap_err();
+            assert!(e.contains("df://HOST:PORT"), "{bad}: {e}");
+        }
+        let e = Cluster::parse("df://sched:99999").unwrap_err();
+        assert!(e.contains("port `99999`"), "{e}");
+    }
+
+    #[test]
+    fn compression_survives_the_trip_to_an_executor() {
+        use parquet::basic::{Compression, GzipLevel, ZstdLevel};
+        for c in [
+            Compression::SNAPPY,
+            Compression::UNCOMPRESSED,
+            Compression::LZ4_RAW,
+            Compression::ZSTD(ZstdLevel::try_new(7).unwrap()),
+            Compression::GZIP(GzipLevel::try_new(2).unwrap()),
+        ] {
+            let text = crate::job::compression_text(c);
+            assert_eq!(crate::job::parse_compression(&text), Ok(c), "{text}");
+        }
+    }
+}
