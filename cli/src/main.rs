@@ -131,7 +131,8 @@ enum GenCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.verbose);
+    let serving = matches!(cli.command, Command::Scheduler(_) | Command::Executor(_));
+    init_tracing(cli.verbose, serving);
     let outcome = run(cli);
     if idem_io::fault::armed_from_env() {
         // For fault tests: how many storage calls the process made.
@@ -158,10 +159,14 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(verbose: u8) {
-    let level = match verbose {
-        0 => "warn",
-        1 => "info",
+/// Logging to stderr. A run's errors reach the user through its own message, so
+/// Ballista's log lines (a cluster's failed task, logged where it happens) show only
+/// with `-v`; a scheduler or executor logs its cluster's life at info.
+fn init_tracing(verbose: u8, serving: bool) {
+    let level = match (verbose, serving) {
+        (0, true) => "info",
+        (0, false) => "warn,ballista_core=off,ballista_scheduler=off,ballista_executor=off",
+        (1, _) => "info",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")

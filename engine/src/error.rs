@@ -71,12 +71,14 @@ pub enum Error {
         message: String,
     },
 
-    /// The cluster could not run the plan (unreachable, a task failed for good).
+    /// The cluster could not run the plan (unreachable, a task failed for good), with
+    /// the exit code the failure deserves (what a local run would give it).
     #[error("job file {path}: cluster {cluster}: {message}")]
     Cluster {
         path: PathBuf,
         cluster: String,
         message: String,
+        code: u8,
     },
 
     #[error("job file {path}: [target] path {target}: {message}")]
@@ -278,7 +280,9 @@ impl Error {
 
     /// The exit code a command that failed with this error ends with (see [`exit`]).
     pub fn exit_code(&self) -> u8 {
-        if self.is_check_failure() {
+        if let Error::Cluster { code, .. } = self {
+            *code
+        } else if self.is_check_failure() {
             exit::CHECK_FAILED
         } else if self.is_bad_input() {
             exit::BAD_INPUT

@@ -136,25 +136,105 @@ impl Router {
     }
 
     fn path_of(&self, batch: &RecordBatch, row: usize) -> arrow::error::Result<PartitionPath> {
-        let options = FormatOptions::default()
-            .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.f"))
-            .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.f"))
-            .with_datetime_format(Some("%Y-%m-%d %H:%M:%S%.f"));
         let mut parts = Vec::with_capacity(self.partition_cols.len());
         for (i, name) in &self.partition_cols {
-            let col = batch.column(*i);
-            // NULL, the empty string and the literal default name all live in the one
-            // Hive default directory: key them the same, so they share one writer.
-            let value = if col.is_null(row) {
-                None
-            } else {
-                let f = ArrayFormatter::try_new(col.as_ref(), &options)?;
-                Some(f.value(row).to_string())
-                    .filter(|v| !v.is_empty() && v != idem_io::hive::DEFAULT_PARTITION)
-            };
-            parts.push((name.clone(), value));
+            parts.push((name.clone(), partition_value(batch.column(*i), row)?));
         }
         Ok(PartitionPath::new(parts))
+    }
+}
+
+/// The partition value of `col[row]` as its directory names it: `None` for NULL, the
+/// empty string and the literal default name, which all live in the one Hive default
+/// directory (so they share one writer).
+fn partition_value(col: &ArrayRef, row: usize) -> arrow::error::Result<Option<String>> {
+    if col.is_null(row) {
+        return Ok(None);
+    }
+    let f = ArrayFormatter::try_new(col.as_ref(), &format_options())?;
+    Ok(directory_value(&f, row))
+}
+
+/// How partition values are written as text.
+fn format_options() -> FormatOptions<'static> {
+    FormatOptions::default()
+        .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.f"))
+        .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.f"))
+        .with_datetime_format(Some("%Y-%m-%d %H:%M:%S%.f"))
+}
+
+/// The directory value of non-null row `row` formatted by `f`.
+fn directory_value(f: &ArrayFormatter, row: usize) -> Option<String> {
+    Some(f.value(row).to_string())
+        .filter(|v| !v.is_empty() && v != idem_io::hive::DEFAULT_PARTITION)
+}
+
+/// `idem_partition(col, ...)`: the partition directory the router gives a row, as
+/// text (the values' directory names joined by `/`). A cluster hashes rows on it, so
+/// that every row of one directory goes to the one task that writes it, whatever the
+/// values' types (NULL beside '', time zones whose wall clocks repeat, NaNs).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct PartitionOf {
+    signature: datafusion::logical_expr::Signature,
+}
+
+impl PartitionOf {
+    pub fn udf() -> datafusion::logical_expr::ScalarUDF {
+        datafusion::logical_expr::ScalarUDF::new_from_impl(PartitionOf {
+            signature: datafusion::logical_expr::Signature::variadic_any(
+                datafusion::logical_expr::Volatility::Immutable,
+            ),
+        })
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for PartitionOf {
+    fn name(&self) -> &str {
+        "idem_partition"
+    }
+
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> datafusion::common::Result<datafusion::logical_expr::ColumnarValue> {
+        let rows = args.number_rows;
+        let cols = datafusion::logical_expr::ColumnarValue::values_to_arrays(&args.args)?;
+        let options = format_options();
+        let formatters = cols
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+            .collect::<arrow::error::Result<Vec<_>>>()?;
+        let mut out = arrow::array::StringBuilder::with_capacity(rows, rows * 16);
+        let mut path = String::new();
+        for r in 0..rows {
+            path.clear();
+            for (i, (col, f)) in cols.iter().zip(&formatters).enumerate() {
+                if i > 0 {
+                    path.push('/');
+                }
+                let value = if col.is_null(r) {
+                    None
+                } else {
+                    directory_value(f, r)
+                };
+                match value {
+                    Some(v) => path.push_str(&idem_io::hive::escape(&v)),
+                    None => path.push_str(idem_io::hive::DEFAULT_PARTITION),
+                }
+            }
+            out.append_value(&path);
+        }
+        Ok(datafusion::logical_expr::ColumnarValue::Array(Arc::new(
+            out.finish(),
+        )))
     }
 }
 

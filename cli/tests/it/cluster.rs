@@ -442,3 +442,140 @@ fn an_executor_killed_mid_query_leaves_old_or_new_and_a_retry_converges() {
         readers(&["table", lake.join("out/reference").to_str().unwrap()])
     );
 }
+
+/// Values that are different to a hash but name one directory (NULL, '' and the Hive
+/// default name; NaNs of different signs) are written by one task, as one partition,
+/// exactly as a local run writes them.
+#[test]
+fn values_that_share_a_directory_are_one_partition_on_a_cluster() {
+    let lake = Lake::new();
+    let job = |name: &str, execution: &str| {
+        lake.job(
+            name,
+            &format!(
+                r#"
+name = "{name}"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{{ name = "created_date", type = "date" }}]
+[transform]
+sql = """
+select order_id, amount_usd,
+       case order_id % 3 when 0 then null when 1 then '' else '__HIVE_DEFAULT_PARTITION__' end as region,
+       case when order_id % 2 = 0 then cast('NaN' as double) else -cast('NaN' as double) end as score,
+       created_date as dt
+from orders where created_date = $run_date
+"""
+[target]
+path = "out/{name}"
+partition_by = ["dt", "region", "score"]
+{execution}
+"#
+            ),
+        )
+    };
+    let here = job("here", "");
+    let there = job(
+        "there",
+        "[execution]\ncluster = \"standalone\"\npartitions = 5",
+    );
+    lake.idem_ok(&["run", &here, "--date", "2026-06-02", "--json"]);
+    let out = lake.idem_ok(&["run", &there, "--date", "2026-06-02", "--json"]);
+    assert_eq!(out[0]["cluster"], "standalone");
+    let expected = status_digests(&lake, "out/here");
+    assert_eq!(expected.len(), 1, "{expected:?}");
+    assert_eq!(status_digests(&lake, "out/there"), expected);
+}
+
+/// A failure on a cluster exits as it would on one machine: the data's fault 5, bad
+/// input 2; a merge is refused there before anything runs.
+#[test]
+fn failures_on_a_cluster_keep_their_exit_codes() {
+    let lake = Lake::new();
+    let cast = lake.job(
+        "cast",
+        r#"
+name = "cast"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = "select order_id, cast(status as int) as status_code, created_date as dt from orders where created_date = $run_date"
+[target]
+path = "out/cast"
+partition_by = ["dt"]
+"#,
+    );
+    let out = lake.idem(&[
+        "run",
+        &cast,
+        "--date",
+        "2026-06-02",
+        "--cluster",
+        "standalone",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("cluster standalone") && err.contains("Cannot cast"),
+        "{err}"
+    );
+    assert!(
+        !lake.join("out/cast").exists(),
+        "a failed run created the table"
+    );
+
+    let bad = lake.idem(&[
+        "run",
+        &cast,
+        "--date",
+        "2026-06-02",
+        "--cluster",
+        "sched:50050",
+    ]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--cluster") && err.contains("df://HOST:PORT"),
+        "{err}"
+    );
+
+    let merge = lake.job(
+        "merge",
+        r#"
+name = "merge"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = [{ name = "created_date", type = "date" }]
+[transform]
+sql = "select order_id, status, created_date as dt from orders where created_date = $run_date"
+[target]
+path = "out/merge"
+partition_by = ["dt"]
+mode = "merge"
+key = ["order_id"]
+"#,
+    );
+    let out = lake.idem(&[
+        "run",
+        &merge,
+        "--date",
+        "2026-06-02",
+        "--cluster",
+        "standalone",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("merge") && err.contains("cannot run on a cluster"),
+        "{err}"
+    );
+
+    // No scheduler there: worth a retry.
+    let [port] = free_ports();
+    let url = format!("df://127.0.0.1:{port}");
+    let out = lake.idem(&["run", &cast, "--date", "2026-06-02", "--cluster", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("cluster {url}")), "{err}");
+}

@@ -24,7 +24,11 @@ pub struct IdemCodec {
 
 /// idem's scalar functions, which a plan may carry to an executor.
 pub(crate) fn udfs() -> Vec<ScalarUDF> {
-    vec![crate::key::IdemKey::udf(), crate::key::DedupeUnique::udf()]
+    vec![
+        crate::key::IdemKey::udf(),
+        crate::key::DedupeUnique::udf(),
+        crate::route::PartitionOf::udf(),
+    ]
 }
 
 impl PhysicalExtensionCodec for IdemCodec {

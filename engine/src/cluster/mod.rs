@@ -28,12 +28,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use ballista_core::config::BallistaConfig;
 use ballista_core::execution_plans::execute_physical_plan;
-use datafusion::common::ScalarValue;
-use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::{CaseExpr, CastExpr, Column, InListExpr, Literal};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
@@ -120,10 +119,15 @@ pub(crate) async fn stage(
     output: &SchemaRef,
 ) -> Result<Vec<WrittenPartition>> {
     let job = r.job;
-    let fail = |message: String| Error::Cluster {
+    let failed = |message: String, code: u8| Error::Cluster {
         path: job.path.clone(),
         cluster: r.cluster.to_string(),
         message,
+        code,
+    };
+    let fail = |message: String| {
+        let code = code_of(&message);
+        failed(message, code)
     };
     let spec = SinkSpec::new(job, r.run.clone(), r.schema);
     let tasks = job
@@ -151,35 +155,85 @@ pub(crate) async fn stage(
         .try_collect()
         .await
         .map_err(|e| fail(e.to_string()))?;
-    let mut staged: BTreeMap<PartitionPath, WrittenPartition> = BTreeMap::new();
+    let mut staged: BTreeMap<PartitionPath, (usize, WrittenPartition)> = BTreeMap::new();
     for batch in &batches {
         let col = batch.column(0).as_string::<i32>();
         for i in 0..col.len() {
             let d: StagedDescription = serde_json::from_str(col.value(i))
                 .map_err(|e| fail(format!("a task's description does not parse: {e}")))?;
-            let w = d.into_staged().map_err(&fail)?;
+            let task = d.task;
+            let w = d
+                .into_staged()
+                .map_err(|m| failed(m, crate::exit::BAD_INPUT))?;
             match staged.get(w.partition()) {
                 None => {
-                    staged.insert(w.partition().clone(), w);
+                    staged.insert(w.partition().clone(), (task, w));
                 }
                 // Two attempts of one task both finished (the cluster ran it again
                 // after losing an executor): either is the partition whole; the
                 // other's files are never published, and the run's cleanup removes them.
-                Some(first) if same_rows(first, &w) => {}
-                Some(first) => {
+                Some((first_task, first)) if *first_task == task && same_rows(first, &w) => {}
+                Some((first_task, first)) if *first_task == task => {
+                    return Err(failed(
+                        format!(
+                            "two attempts of task {task} wrote partition {} with different \
+                             rows (digests {} and {}): the plan is not deterministic (see \
+                             `idem verify`)",
+                            w.partition(),
+                            first.manifest().digest,
+                            w.manifest().digest
+                        ),
+                        crate::exit::NOT_DETERMINISTIC,
+                    ));
+                }
+                Some((first_task, _)) => {
                     return Err(fail(format!(
-                        "partition {} was written twice with different rows (digests {} and \
-                         {}): two tasks' partition values that hash apart name one directory \
-                         (NaN, or NULL beside an empty string), or the plan is not deterministic",
-                        w.partition(),
-                        first.manifest().digest,
-                        w.manifest().digest
+                        "tasks {first_task} and {task} both wrote partition {}; each partition \
+                         must be written by one task",
+                        w.partition()
                     )));
                 }
             }
         }
     }
-    Ok(staged.into_values().collect())
+    Ok(staged.into_values().map(|(_, w)| w).collect())
+}
+
+/// The exit code a failure on the cluster deserves, from its text: the one idem's sink
+/// put there, else what a local run gives the same failure (the data's fault, a dedupe
+/// tie), else 1 (worth a retry: an executor lost, the store failing).
+fn code_of(message: &str) -> u8 {
+    if let Some(at) = message.rfind(sink::EXIT_TAG)
+        && let Some(code) = message[at + sink::EXIT_TAG.len()..]
+            .split(']')
+            .next()
+            .and_then(|c| c.parse().ok())
+    {
+        return code;
+    }
+    // Arrow's data errors, as displayed and as debug-printed (Ballista reports a
+    // task's error in the latter form).
+    const DATA: [&str; 12] = [
+        "Cast error",
+        "CastError",
+        "Parser error",
+        "ParseError",
+        "Compute error",
+        "ComputeError",
+        "Divide by zero",
+        "DivideByZero",
+        "Arithmetic overflow",
+        "ArithmeticOverflow",
+        "Invalid argument error",
+        "InvalidArgumentError",
+    ];
+    if message.contains("dedupe tie:") {
+        crate::exit::BAD_INPUT
+    } else if DATA.iter().any(|d| message.contains(d)) {
+        crate::exit::DATA
+    } else {
+        crate::exit::RETRY
+    }
 }
 
 /// Whether two staged copies of a partition hold the same rows.
@@ -189,8 +243,8 @@ fn same_rows(a: &WrittenPartition, b: &WrittenPartition) -> bool {
 }
 
 /// `plan`'s rows routed so that each partition of the target goes to one task: hashed
-/// on the partition columns (strings as the directory names them, so NULL, '' and the
-/// Hive default go together), or all to one task for an unpartitioned table.
+/// on the directory name the router gives a row (`idem_partition`), or all to one
+/// task for an unpartitioned table.
 fn by_partition(
     plan: Arc<dyn ExecutionPlan>,
     output: &SchemaRef,
@@ -200,37 +254,22 @@ fn by_partition(
     if partition_by.is_empty() {
         return Ok(Arc::new(CoalescePartitionsExec::new(plan)));
     }
-    let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::with_capacity(partition_by.len());
-    for name in partition_by {
-        let index = output.index_of(name)?;
-        let col: Arc<dyn PhysicalExpr> = Arc::new(Column::new(name, index));
-        let text = matches!(
-            output.field(index).data_type(),
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-        );
-        if !text {
-            exprs.push(col);
-            continue;
-        }
-        let text: Arc<dyn PhysicalExpr> = Arc::new(CastExpr::new(col, DataType::Utf8, None));
-        let lit = |v: Option<&str>| -> Arc<dyn PhysicalExpr> {
-            Arc::new(Literal::new(ScalarValue::Utf8(v.map(str::to_string))))
-        };
-        let is_default: Arc<dyn PhysicalExpr> = Arc::new(InListExpr::try_new(
-            Arc::clone(&text),
-            vec![lit(Some("")), lit(Some(idem_io::hive::DEFAULT_PARTITION))],
-            false,
-            &plan.schema(),
-        )?);
-        exprs.push(Arc::new(CaseExpr::try_new(
-            None,
-            vec![(is_default, lit(None))],
-            Some(text),
-        )?));
-    }
+    let args = partition_by
+        .iter()
+        .map(|name| -> datafusion::error::Result<Arc<dyn PhysicalExpr>> {
+            Ok(Arc::new(Column::new(name, output.index_of(name)?)))
+        })
+        .collect::<datafusion::error::Result<Vec<_>>>()?;
+    let udf = Arc::new(crate::route::PartitionOf::udf());
+    let key = ScalarFunctionExpr::try_new(
+        udf,
+        args,
+        &plan.schema(),
+        Arc::new(datafusion::config::ConfigOptions::default()),
+    )?;
     Ok(Arc::new(RepartitionExec::try_new(
         plan,
-        Partitioning::Hash(exprs, tasks),
+        Partitioning::Hash(vec![Arc::new(key)], tasks),
     )?))
 }
 

@@ -94,7 +94,13 @@ pub(crate) struct StagedDescription {
     pub(crate) uploaded: Option<Uploaded>,
     /// The executor's host, for messages.
     pub(crate) host: String,
+    /// The task (the sink's partition) that wrote it: every attempt of one task writes
+    /// the same partitions.
+    pub(crate) task: usize,
 }
+
+/// Ends the text of a task's error with the exit code a local run would give it.
+pub(super) const EXIT_TAG: &str = "[idem exit code ";
 
 /// The one column of the sink's output: a JSON [`StagedDescription`] per row.
 fn output_schema() -> SchemaRef {
@@ -204,9 +210,10 @@ impl ExecutionPlan for IdemSinkExec {
         let input = self.input.execute(partition, context)?;
         let spec = Arc::clone(&self.spec);
         let task = async move {
-            write_task(spec, input)
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))
+            write_task(spec, partition, input).await.map_err(|e| {
+                // The client gets the text alone: it reads the exit code back from it.
+                DataFusionError::Execution(format!("{e} {}{}]", EXIT_TAG, e.exit_code()))
+            })
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             output_schema(),
@@ -225,6 +232,7 @@ enum Msg {
 /// Runs one task: routes the input's rows to a thread that writes and stages them.
 async fn write_task(
     spec: Arc<SinkSpec>,
+    task: usize,
     mut input: SendableRecordBatchStream,
 ) -> Result<RecordBatch> {
     let exec = |e: DataFusionError| Error::execution(&spec.job_path, "", e);
@@ -234,7 +242,7 @@ async fn write_task(
     let spec2 = Arc::clone(&spec);
     let writer = std::thread::Builder::new()
         .name("idem-sink".into())
-        .spawn(move || idem_io::blocking::allowed(|| write_partitions(&spec2, data_schema, rx)))
+        .spawn(move || idem_io::blocking::allowed(|| write_attempt(&spec2, task, data_schema, rx)))
         .expect("spawn the sink's writer thread");
     let mut failed = None;
     'input: while let Some(batch) = input.next().await {
@@ -285,11 +293,70 @@ fn attempt_token() -> u64 {
     h.finish()
 }
 
-/// The writing thread of a task: one writer per partition in a staging directory of
-/// this task attempt's own, finished and staged for the publisher at the end of the
-/// input, and described.
+/// The writing thread of a task attempt: writes into a staging directory of the
+/// attempt's own (a retried task writes beside the attempt it replaces, never into its
+/// files), which it removes unless it holds what a local table publishes.
+fn write_attempt(
+    spec: &SinkSpec,
+    task: usize,
+    data_schema: SchemaRef,
+    rx: tokio::sync::mpsc::Receiver<Msg>,
+) -> Result<Vec<StagedDescription>> {
+    let table =
+        idem_io::table::open(&spec.table, &spec.storage).map_err(|source| Error::Storage {
+            target: PathBuf::from(&spec.table),
+            source,
+        })?;
+    let attempt = format!("{}/task-{task}-{:016x}", spec.run.run_id, attempt_token());
+    let written = check_inputs(spec)
+        .and_then(|()| write_partitions(spec, task, table.as_ref(), &attempt, data_schema, rx));
+    let dir = table.staging_dir(&attempt, &PartitionPath::root());
+    let described_on_disk = written
+        .as_ref()
+        .is_ok_and(|d| d.iter().any(|d| d.uploaded.is_none()));
+    if !described_on_disk {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    written
+}
+
+/// The local files the client read, as this executor sees them: a local source is read
+/// by every executor from its own disk, so each must see the client's files.
+fn check_inputs(spec: &SinkSpec) -> Result<()> {
+    for f in &spec.run.inputs {
+        if idem_io::store::is_url(&f.path) && !f.path.starts_with("file://") {
+            continue;
+        }
+        let path = f.path.strip_prefix("file://").unwrap_or(&f.path);
+        let seen = std::fs::metadata(path).map(|m| m.len()).ok();
+        if seen != Some(f.size) {
+            return Err(Error::Cluster {
+                path: spec.job_path.clone(),
+                cluster: idem_io::commit::hostname(),
+                message: format!(
+                    "executor {} does not see the input {path} as the client does ({}); \
+                     local sources need executors on the client's machine or a shared \
+                     filesystem, else put the sources on an object store",
+                    idem_io::commit::hostname(),
+                    match seen {
+                        None => "it is missing there".to_string(),
+                        Some(n) => format!("{n} bytes there, {} here", f.size),
+                    }
+                ),
+                code: crate::exit::BAD_INPUT,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Writes the input's partitions, finishes and stages them for the publisher at the
+/// end of the input, and describes them.
 fn write_partitions(
     spec: &SinkSpec,
+    task: usize,
+    table: &dyn idem_io::commit::CommitBackend,
+    attempt: &str,
     data_schema: SchemaRef,
     mut rx: tokio::sync::mpsc::Receiver<Msg>,
 ) -> Result<Vec<StagedDescription>> {
@@ -297,10 +364,7 @@ fn write_partitions(
         target: PathBuf::from(&spec.table),
         source,
     };
-    let table = idem_io::table::open(&spec.table, &spec.storage).map_err(storage)?;
     let opts = spec.writer_options()?;
-    // A retried task writes beside the attempt it replaces, never into its files.
-    let attempt = format!("{}/task-{:016x}", spec.run.run_id, attempt_token());
     let mut writers: BTreeMap<PartitionPath, PartitionWriter> = BTreeMap::new();
     let mut first = true;
     let abandon = |writers: BTreeMap<PartitionPath, PartitionWriter>| {
@@ -316,8 +380,9 @@ fn write_partitions(
                 abandon(writers);
                 return Err(Error::Cluster {
                     path: spec.job_path.clone(),
-                    cluster: String::new(),
+                    cluster: idem_io::commit::hostname(),
                     message: "the task's input ended early".into(),
+                    code: crate::exit::RETRY,
                 });
             }
         };
@@ -326,7 +391,7 @@ fn write_partitions(
                 abandon(writers);
                 return Err(e);
             }
-            let dir = table.staging_dir(&attempt, &p);
+            let dir = table.staging_dir(attempt, &p);
             match PartitionWriter::new(p.clone(), dir, Arc::clone(&data_schema), opts.clone()) {
                 Ok(w) => writers.insert(p.clone(), w),
                 Err(e) => {
@@ -390,6 +455,7 @@ fn write_partitions(
             files,
             uploaded: staged.uploaded().cloned(),
             host: host.clone(),
+            task,
         });
     }
     idem_io::failpoint::hit("after_stage").map_err(storage)?;

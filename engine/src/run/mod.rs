@@ -271,6 +271,13 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                     .map(|staged| (Default::default(), staged))
             }
         };
+        // On a cluster the executors' attempts stage under the run's directory: the
+        // partitions this process writes (those the window owns and the output left
+        // empty) go beside them, never around them.
+        let staging_id = match &job.execution.cluster {
+            None => run_id.clone(),
+            Some(_) => format!("{run_id}/client"),
+        };
         let (writers, staged_elsewhere) = match staged {
             Ok(writers) => writers,
             Err(e @ Error::Execution { .. }) => {
@@ -306,6 +313,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                 &data_schema,
                 writers,
                 staged_elsewhere,
+                &staging_id,
                 &run_info,
                 schema_desc,
                 observer2.as_ref(),

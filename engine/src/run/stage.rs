@@ -263,6 +263,7 @@ pub(super) fn finalize(
     data_schema: &SchemaRef,
     mut writers: Writers,
     elsewhere: Vec<WrittenPartition>,
+    staging_id: &str,
     run: &RunInfo,
     schema: Vec<ColumnEntry>,
     observer: &dyn Observer,
@@ -331,14 +332,7 @@ pub(super) fn finalize(
         if writers.contains_key(&p) || elsewhere.iter().any(|w| *w.partition() == p) {
             continue;
         }
-        let w = new_writer(
-            table,
-            &run.run_id,
-            &p,
-            data_schema,
-            &job.target.writer,
-            kept,
-        )?;
+        let w = new_writer(table, staging_id, &p, data_schema, &job.target.writer, kept)?;
         writers.insert(p, w);
     }
 
