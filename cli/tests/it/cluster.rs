@@ -21,7 +21,8 @@ partitioned_by = [{ name = "created_date", type = "date" }]
 [transform]
 sql = """
 select order_id, customer_id, amount_usd, status,
-       idem_key(order_id, customer_id) as order_key, created_date as dt
+       idem_key(order_id, customer_id) as order_key,
+       cast(created_at as date) as created_day, created_date as dt
 from orders where created_date = $run_date
 """
 [target]

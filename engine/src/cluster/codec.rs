@@ -28,6 +28,7 @@ pub(crate) fn udfs() -> Vec<ScalarUDF> {
         crate::key::IdemKey::udf(),
         crate::key::DedupeUnique::udf(),
         crate::route::PartitionOf::udf(),
+        crate::utc_date::UtcDate::udf(),
     ]
 }
 

@@ -308,7 +308,8 @@ fn write_attempt(
             source,
         })?;
     let attempt = format!("{}/task-{task}-{:016x}", spec.run.run_id, attempt_token());
-    let written = check_inputs(spec)
+    let written = check_version(spec)
+        .and_then(|()| check_inputs(spec))
         .and_then(|()| write_partitions(spec, task, table.as_ref(), &attempt, data_schema, rx));
     let dir = table.staging_dir(&attempt, &PartitionPath::root());
     let described_on_disk = written
@@ -318,6 +319,25 @@ fn write_attempt(
         let _ = std::fs::remove_dir_all(dir);
     }
     written
+}
+
+/// An executor writes files a client of its own release describes: the manifest, the
+/// digest and the file layout are part of idem's on-disk contract.
+fn check_version(spec: &SinkSpec) -> Result<()> {
+    let here = env!("CARGO_PKG_VERSION");
+    if spec.run.idem_version == here {
+        return Ok(());
+    }
+    Err(Error::Cluster {
+        path: spec.job_path.clone(),
+        cluster: idem_io::commit::hostname(),
+        message: format!(
+            "this executor runs idem {here} and the client idem {}: run the cluster from \
+             the clients' release",
+            spec.run.idem_version
+        ),
+        code: crate::exit::BAD_INPUT,
+    })
 }
 
 /// The local files the client read, as this executor sees them: a local source is read
