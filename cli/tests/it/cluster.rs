@@ -305,6 +305,19 @@ fn a_backfill_on_a_cluster_of_processes_equals_one_on_one_machine() {
         plain_rows(&format!("{here}/"))
     );
 
+    // The cluster's backfill over the table written on one machine finds every date
+    // unchanged and leaves it byte for byte as it was (every file name carries a
+    // token of the write that made it: the same keys are the same files).
+    let local_keys = keys(&format!("{here}/"));
+    let mut over = vec!["backfill", local_job.as_str(), "--cluster", &url];
+    over.extend_from_slice(&range);
+    let over = ok(&lake, &cluster, &over);
+    assert!(
+        actions(&over).iter().all(|(_, a)| a == "unchanged"),
+        "{over:?}"
+    );
+    assert_eq!(keys(&format!("{here}/")), local_keys);
+
     // Again on the cluster: nothing changes, and no run left anything staged.
     let before = keys(&format!("s3://{bucket}/lake/daily/"));
     let again = ok(&lake, &cluster, &args);
