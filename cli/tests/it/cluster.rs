@@ -227,25 +227,9 @@ fn ok(lake: &Lake, cluster: &Cluster, args: &[&str]) -> Vec<Value> {
 }
 
 fn digests(lake: &Lake, table: &str) -> BTreeMap<String, String> {
-    let out = idem(lake, &["status", table, "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
-    s["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            assert_eq!(p["state"], "managed", "{p}");
-            (
-                p["partition"].as_str().unwrap().to_string(),
-                p["digest"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    let env = s3_env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    status_digests_with(lake, table, &env)
 }
 
 /// The rows a plain reader (DuckDB, Polars, pyarrow) sees in the table at `url`.

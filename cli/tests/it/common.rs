@@ -264,7 +264,16 @@ pub fn readers(args: &[&str]) -> Value {
 /// partition -> digest of a table, from `idem status`, asserting every partition is a
 /// whole idem partition (its files are exactly its manifest's).
 pub fn status_digests(lake: &Lake, table: &str) -> BTreeMap<String, String> {
-    let out = lake.idem(&["status", table, "--json"]);
+    status_digests_with(lake, table, &[])
+}
+
+/// [`status_digests`] with `env` set (an object store's server and credentials).
+pub fn status_digests_with(
+    lake: &Lake,
+    table: &str,
+    env: &[(&str, &str)],
+) -> BTreeMap<String, String> {
+    let out = idem_in(lake.path(), &["status", table, "--json"], env);
     assert!(
         out.status.success(),
         "{}",

@@ -457,17 +457,21 @@ fn write_partitions(
             .finish(&spec.run, spec.schema.clone())
             .map_err(write_err)?;
         let dir = staged.dir().to_path_buf();
-        let files: Vec<(String, u64)> = staged
-            .manifest()
-            .files
-            .iter()
-            .map(|f| {
-                let size = std::fs::metadata(dir.join(&f.name)).map_or(0, |m| m.len());
-                (f.name.clone(), size)
-            })
-            .collect();
-        let manifest = staged.manifest().clone();
         let staged = table.stage_for_publisher(staged).map_err(write_err)?;
+        // Uploaded files come with their sizes; files left on disk are measured there.
+        let files: Vec<(String, u64)> = match staged.uploaded() {
+            Some(up) => up.files.clone(),
+            None => staged
+                .manifest()
+                .files
+                .iter()
+                .map(|f| {
+                    let size = std::fs::metadata(dir.join(&f.name)).map_or(0, |m| m.len());
+                    (f.name.clone(), size)
+                })
+                .collect(),
+        };
+        let manifest = staged.manifest().clone();
         described.push(StagedDescription {
             partition: p.rel_path().to_string_lossy().into_owned(),
             dir,
