@@ -49,6 +49,9 @@ enum Command {
     Status(StatusArgs),
     /// Remove what dead runs left in a table's staging area (live runs are untouched).
     Gc(StatusArgs),
+    /// Delete a Delta table's files that no version within the retention references
+    /// (removed ones, and those crashed runs left), like Delta's VACUUM.
+    Vacuum(VacuumArgs),
     /// Show a table's restatements: partitions rewritten with different rows.
     Log(StatusArgs),
     /// Print the jobs of a project folder in dependency order.
@@ -89,6 +92,22 @@ struct RunArgs {
 struct StatusArgs {
     /// The table's root directory.
     table: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct VacuumArgs {
+    /// The Delta table's root directory or URL.
+    table: PathBuf,
+    /// Keep files removed within this many hours (default: the table's
+    /// delta.deletedFileRetentionDuration, seven days unless set). Readers holding an
+    /// older version than this lose its files.
+    #[arg(long, value_name = "HOURS")]
+    retain_hours: Option<u64>,
+    /// List what would be deleted, delete nothing.
+    #[arg(long)]
+    dry_run: bool,
     #[arg(long)]
     json: bool,
 }
@@ -300,6 +319,31 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         e.job,
                         e.logical_date
                     );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Vacuum(args) => {
+            let retain = args
+                .retain_hours
+                .map(|h| std::time::Duration::from_secs(h * 3600));
+            let files = idem_engine::status::vacuum(&args.table, retain, args.dry_run)?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "dry_run": args.dry_run, "files": files })
+                );
+            } else if files.is_empty() {
+                println!("nothing to delete");
+            } else {
+                let verb = if args.dry_run {
+                    "would delete"
+                } else {
+                    "deleted"
+                };
+                println!("{verb} {} files:", files.len());
+                for f in &files {
+                    println!("  {f}");
                 }
             }
             Ok(ExitCode::SUCCESS)

@@ -159,6 +159,26 @@ pub fn gc(root: &Path) -> Result<Vec<String>> {
         })
 }
 
+/// `idem vacuum TABLE`: deletes the files of a Delta table that no version within
+/// `retain` of now references (removed longer ago, or never committed by a crashed
+/// run), keeping the table's own retention (seven days by default) when `None`.
+pub fn vacuum(
+    root: &Path,
+    retain: Option<std::time::Duration>,
+    dry_run: bool,
+) -> Result<Vec<String>> {
+    idem_io::table::vacuum(
+        &root.to_string_lossy(),
+        &Default::default(),
+        retain,
+        dry_run,
+    )
+    .map_err(|source| Error::Storage {
+        target: root.to_path_buf(),
+        source,
+    })
+}
+
 /// `idem log TABLE`: the table's restatement events, oldest first.
 pub fn log(root: &Path) -> Result<Vec<idem_io::log::Restatement>> {
     open(root)

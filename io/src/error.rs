@@ -52,6 +52,15 @@ pub enum Error {
     )]
     CrossDevice { staging: PathBuf, table: PathBuf },
 
+    #[error(
+        "{table} is a Delta table (it has a _delta_log); set format = \"delta\" in \
+         [target] to write it, or write to another path"
+    )]
+    IsDelta { table: String },
+
+    #[error("Delta table {table}: {message}")]
+    Delta { table: String, message: String },
+
     #[error("{path} does not exist")]
     Missing { path: PathBuf },
 

@@ -5,7 +5,8 @@
 //! (a row group written, the file incomplete), `after_footers` (files complete, not
 //! yet fsynced), `after_stage` (every partition staged), `before_publish` (checks
 //! passed), `before_swap`, `after_swap` (the new partition live, the old copy not yet
-//! removed), `after_publish_one` (a partition published, others maybe not).
+//! removed), `after_publish_one` (a partition published, others maybe not); Delta
+//! tables add `before_commit` (every file in the table, the commit not written).
 //!
 //! Object stores add `after_upload_part` and `after_apply_copy`; merges `merge_read`
 //! (the table read, nothing staged yet); cleaners `gc_step` (before each dead run's

@@ -192,6 +192,17 @@ pub fn read_from_file(path: &Path) -> Result<Option<Manifest>> {
             path: path.to_path_buf(),
             source,
         })?;
+    manifest_of(&meta).map_err(|reason| Error::BadManifest {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+/// The manifest in a Parquet file's footer metadata; `Ok(None)` if it has none, the
+/// reason when it is not readable.
+pub fn manifest_of(
+    meta: &parquet::file::metadata::ParquetMetaData,
+) -> std::result::Result<Option<Manifest>, String> {
     let Some(kv) = meta.file_metadata().key_value_metadata() else {
         return Ok(None);
     };
@@ -202,11 +213,9 @@ pub fn read_from_file(path: &Path) -> Result<Option<Manifest>> {
     else {
         return Ok(None);
     };
-    let manifest: Manifest = serde_json::from_str(json).map_err(|e| Error::BadManifest {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    Ok(Some(manifest))
+    serde_json::from_str(json)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 /// The state of a live partition directory as idem sees it.

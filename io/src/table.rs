@@ -10,15 +10,88 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::commit::CommitBackend;
+use crate::commit::delta::DeltaLake;
 use crate::commit::local::LocalTable;
 use crate::commit::object::ObjectTable;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hive::PartitionPath;
 use crate::store::{StorageOptions, is_url, local_staging_root};
 
+/// How a table's partitions are laid out and committed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// Plain Hive-partitioned Parquet, each partition swapped in whole.
+    #[default]
+    Parquet,
+    /// A Delta Lake table: each run's partitions replaced in one Delta commit.
+    Delta,
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Format::Parquet => "parquet",
+            Format::Delta => "delta",
+        })
+    }
+}
+
 /// The table at `location`: a local path, a `file://` URL, or an object-store URL
-/// (reached with `opts` over the environment's settings).
+/// (reached with `opts` over the environment's settings); a Delta table when it has a
+/// Delta log, else a Hive-partitioned one.
 pub fn open(location: &str, opts: &StorageOptions) -> Result<Arc<dyn CommitBackend>> {
+    let delta = delta_lake(location, opts)?;
+    if delta.exists()? {
+        return Ok(Arc::new(delta));
+    }
+    open_hive(location, opts)
+}
+
+/// The table at `location` as a job that writes `format` opens it: refused when the
+/// table that is there has the other format.
+pub fn open_as(
+    location: &str,
+    opts: &StorageOptions,
+    format: Format,
+) -> Result<Arc<dyn CommitBackend>> {
+    let delta = delta_lake(location, opts)?;
+    let found = if delta.exists()? {
+        Format::Delta
+    } else {
+        Format::Parquet
+    };
+    if found == Format::Delta && format != Format::Delta {
+        return Err(Error::IsDelta {
+            table: location.to_string(),
+        });
+    }
+    match format {
+        Format::Delta => Ok(Arc::new(delta)),
+        Format::Parquet => open_hive(location, opts),
+    }
+}
+
+/// `idem vacuum`: deletes the files of the Delta table at `location` that no version
+/// within `retain` references (see [`DeltaLake::vacuum`]).
+pub fn vacuum(
+    location: &str,
+    opts: &StorageOptions,
+    retain: Option<std::time::Duration>,
+    dry_run: bool,
+) -> Result<Vec<String>> {
+    delta_lake(location, opts)?.vacuum(retain, dry_run)
+}
+
+fn delta_lake(location: &str, opts: &StorageOptions) -> Result<DeltaLake> {
+    if is_url(location) {
+        return DeltaLake::object(location, opts, &local_staging_root());
+    }
+    let path = location.strip_prefix("file://").unwrap_or(location);
+    DeltaLake::local(Path::new(path))
+}
+
+fn open_hive(location: &str, opts: &StorageOptions) -> Result<Arc<dyn CommitBackend>> {
     if is_url(location) {
         return Ok(Arc::new(ObjectTable::new(
             location,

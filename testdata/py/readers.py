@@ -3,6 +3,11 @@
     readers.py table DIR            rows of the Hive-partitioned table DIR, read by all
                                     three engines; fails unless they agree
     readers.py duckdb SQL           rows of a DuckDB query (the oracle)
+    readers.py delta DIR [VERSION]  rows of the Delta table DIR (at VERSION, else the
+                                    latest), read through the Delta log by the deltalake
+                                    package, Polars and DuckDB's delta extension; fails
+                                    unless they agree
+    readers.py delta-log DIR        the Delta table's version and history (deltalake)
     readers.py files DIR            the data files each engine reads from DIR
     readers.py put ENDPOINT DIR URL uploads DIR's files under URL (creating the bucket)
     readers.py get ENDPOINT URL DIR downloads what a plain lister sees under URL
@@ -71,6 +76,43 @@ def pyarrow_table(d):
 
     t = ds.dataset(d, format="parquet", partitioning="hive").to_table()
     return t.to_pylist()
+
+
+def delta_tables(d, version):
+    import os
+
+    import deltalake
+    import duckdb
+    import duckdb_extension_delta
+    import polars as pl
+
+    v = None if version is None else int(version)
+    seen = {}
+    seen["deltalake"] = deltalake.DeltaTable(d, version=v).to_pyarrow_table().to_pylist()
+    seen["polars"] = pl.read_delta(d, version=v).to_dicts()
+    ext = os.path.join(
+        os.path.dirname(duckdb_extension_delta.__file__),
+        "extensions",
+        "v" + duckdb.__version__,
+        "delta.duckdb_extension",
+    )
+    con = duckdb.connect()
+    con.load_extension(ext)
+    at = "" if v is None else f", version := {v}"
+    rel = con.sql(f"select * from delta_scan('{d}'{at})")
+    seen["duckdb"] = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+    return {k: rows_out(rows) for k, rows in seen.items()}
+
+
+def delta_log(d):
+    import deltalake
+
+    t = deltalake.DeltaTable(d)
+    return {
+        "version": t.version(),
+        "history": t.history(),
+        "files": sorted(t.file_uris()),
+    }
 
 
 def files(d):
@@ -283,6 +325,16 @@ def main():
                 print(f"{name}: {len(rows)} rows, first {rows[:3]}", file=sys.stderr)
             sys.exit("readers disagree")
         print(json.dumps(seen["duckdb"]))
+    elif cmd == "delta":
+        seen = delta_tables(arg.rstrip("/"), sys.argv[3] if len(sys.argv) > 3 else None)
+        first = next(iter(seen.values()))
+        if any(rows != first for rows in seen.values()):
+            for name, rows in seen.items():
+                print(f"{name}: {len(rows)} rows, first {rows[:3]}", file=sys.stderr)
+            sys.exit("Delta readers disagree")
+        print(json.dumps(first))
+    elif cmd == "delta-log":
+        print(json.dumps(delta_log(arg.rstrip("/")), default=str))
     elif cmd == "duckdb":
         import duckdb
 

@@ -8,6 +8,7 @@ mod common;
 mod concurrent;
 mod conformance;
 mod crash;
+mod delta;
 mod deploy;
 mod exit_codes;
 mod fanout;

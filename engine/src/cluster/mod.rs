@@ -50,6 +50,10 @@ use sink::{IdemSinkExec, SinkSpec, StagedDescription};
 pub const MERGE_REFUSED: &str = "mode = \"merge\" cannot run on a cluster yet: run it \
      without [execution] cluster (or --cluster), on this machine";
 
+/// The error for a Delta table's job sent to a cluster.
+pub const DELTA_REFUSED: &str = "format = \"delta\" cannot run on a cluster yet: run it \
+     without [execution] cluster (or --cluster), on this machine";
+
 /// Where a job's plan runs when not in this process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Cluster {

@@ -119,6 +119,9 @@ pub(super) struct TransformFile {
 #[serde(deny_unknown_fields)]
 pub(super) struct TargetFile {
     pub(super) path: String,
+    /// `parquet` (Hive-partitioned Parquet, the default) or `delta`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) format: Option<idem_io::table::Format>,
     #[serde(default)]
     pub(super) partition_by: Vec<String>,
     #[serde(default)]

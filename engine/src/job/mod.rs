@@ -97,6 +97,8 @@ pub struct Target {
     /// A local path, or an object-store URL (`s3://bucket/prefix/table`) kept as given
     /// (see [`Target::is_remote`]).
     pub path: PathBuf,
+    /// How the table is laid out and committed: Hive-partitioned Parquet, or Delta.
+    pub format: idem_io::table::Format,
     pub partition_by: Vec<String>,
     pub mode: Mode,
     pub key: Vec<String>,
@@ -305,6 +307,7 @@ impl Job {
                         .trim_end_matches('/'),
                 )
             },
+            format: t.format.unwrap_or_default(),
             partition_by: t.partition_by.clone(),
             mode: t.mode,
             key: t.key.clone(),
@@ -346,6 +349,9 @@ impl Job {
         };
         if execution.cluster.is_some() && target.mode == Mode::Merge {
             return Err(invalid(crate::cluster::MERGE_REFUSED.into()));
+        }
+        if execution.cluster.is_some() && target.format == idem_io::table::Format::Delta {
+            return Err(invalid(crate::cluster::DELTA_REFUSED.into()));
         }
         Ok(Job {
             execution,

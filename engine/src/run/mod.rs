@@ -115,6 +115,12 @@ fn on_cluster(job: &Job, opts: &RunOptions) -> Result<Job> {
             message: crate::cluster::MERGE_REFUSED.into(),
         });
     }
+    if job.execution.cluster.is_some() && job.target.format == idem_io::table::Format::Delta {
+        return Err(Error::JobInvalid {
+            path: job.path.clone(),
+            message: crate::cluster::DELTA_REFUSED.into(),
+        });
+    }
     Ok(job)
 }
 

@@ -99,6 +99,9 @@ pub(super) fn publish_all(
     }
 
     observer.phase("publishing");
+    let run_id = decisions
+        .first()
+        .map(|(part, ..)| part.partition().manifest().run.run_id.clone());
     let mut reports = Vec::with_capacity(decisions.len());
     for (part, unchanged, restated, unclean) in decisions {
         let t = Instant::now();
@@ -156,6 +159,11 @@ pub(super) fn publish_all(
             publish,
             ms: t.elapsed().as_millis() as u64,
         });
+    }
+    // Where the table commits a run's partitions together (Delta), this is the atomic
+    // point of the whole run.
+    if let Some(run_id) = run_id {
+        table.finish_publish(&run_id, &fence).map_err(storage)?;
     }
     Ok((reports, warnings))
 }

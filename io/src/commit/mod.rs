@@ -12,6 +12,7 @@
 //! calling thread. Callers in async code make them from the blocking pool, never on a
 //! runtime's worker (see [`crate::blocking`], which debug builds enforce).
 
+pub mod delta;
 pub mod local;
 pub mod object;
 
@@ -214,6 +215,14 @@ pub trait CommitBackend: Send + Sync {
     /// they are (the publishing process must see the same filesystem).
     fn stage_for_publisher(&self, part: WrittenPartition) -> Result<WrittenPartition> {
         Ok(part)
+    }
+    /// Makes what [`CommitBackend::publish`] published for run `run_id` visible, where
+    /// a format commits a run's partitions together (Delta: one commit); returns the
+    /// table's version after it, where the table has versions. Elsewhere each publish
+    /// is already its own atomic step and this does nothing.
+    fn finish_publish(&self, run_id: &str, fence: &PublishGuard) -> Result<Option<i64>> {
+        let _ = (run_id, fence);
+        Ok(None)
     }
     /// Removes a staged partition that will not be published.
     fn discard(&self, part: WrittenPartition) -> Result<()>;

@@ -128,6 +128,11 @@ impl ObjectTable {
         })
     }
 
+    /// The key of the table's root in its bucket.
+    pub(crate) fn root_key(&self) -> &ObjectPath {
+        &self.root
+    }
+
     fn block<T: Send>(&self, f: impl std::future::Future<Output = T> + Send) -> T {
         crate::store::block(f)
     }

@@ -28,7 +28,7 @@ pub(super) struct UploadRecord {
 }
 
 impl ObjectTable {
-    pub(super) async fn upload(&self, local: &Path, key: &ObjectPath, run_id: &str) -> Result<u64> {
+    pub(crate) async fn upload(&self, local: &Path, key: &ObjectPath, run_id: &str) -> Result<u64> {
         use tokio::io::AsyncReadExt;
         crate::fs::check("read", local).map_err(Error::io("read", local))?;
         let mut file = tokio::fs::File::open(local)

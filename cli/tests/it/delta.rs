@@ -1,0 +1,469 @@
+//! Delta Lake tables (`format = "delta"`), on local disk and on an S3-compatible server
+//! (moto on 127.0.0.1): each scenario is checked through the Delta protocol by three
+//! independent readers (the deltalake package, Polars, DuckDB's delta extension)
+//! against a DuckDB oracle computed from the source, at every version, and the table's
+//! version must not move when a re-run finds its input unchanged.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::*;
+use crate::conformance::{Backend, Table};
+
+/// What turns the conformance jobs' targets into Delta tables (appended to [target]).
+const DELTA: &str = "format = \"delta\"\n";
+
+/// The rows the month job must publish for June 2026 (the days `days`, or all), as
+/// DuckDB computes them from the source.
+fn oracle(t: &Table, days: Option<&[&str]>) -> Value {
+    let raw = t.lake.join("testdata/lake/raw/orders");
+    let filter = match days {
+        None => "created_date >= '2026-06-01' and created_date < '2026-07-01'".to_string(),
+        Some(d) => format!(
+            "created_date in ({})",
+            d.iter()
+                .map(|d| format!("'{d}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    readers(&[
+        "duckdb",
+        &format!(
+            "select order_id, customer_id, amount_usd, status, created_date as dt \
+             from read_parquet('{}/**/*.parquet', hive_partitioning = true) where {filter}",
+            raw.display()
+        ),
+    ])
+}
+
+/// A local directory holding the table `name`: the table itself, or a copy of every
+/// object under its prefix (a Delta reader reads it through the log either way).
+fn local_copy(t: &Table, name: &str) -> (Option<tempfile::TempDir>, String) {
+    match t.backend {
+        Backend::Local => (None, t.target(name)),
+        _ => {
+            let dir = tempfile::tempdir().unwrap();
+            readers(&[
+                "get",
+                t.backend.endpoint(),
+                &t.url(&format!("lake/{name}/")),
+                dir.path().to_str().unwrap(),
+            ]);
+            let path = dir.path().display().to_string();
+            (Some(dir), path)
+        }
+    }
+}
+
+/// The rows of Delta table `name` at `version` (else the latest), as all three Delta
+/// readers see them (they must agree).
+fn delta_rows(t: &Table, name: &str, version: Option<u64>) -> Value {
+    let (_keep, dir) = local_copy(t, name);
+    let v = version.map(|v| v.to_string());
+    let mut args = vec!["delta", dir.as_str()];
+    args.extend(v.as_deref());
+    readers(&args)
+}
+
+/// The Delta table's version, history (newest first) and live files, per deltalake.
+fn delta_log(t: &Table, name: &str) -> Value {
+    let (_keep, dir) = local_copy(t, name);
+    readers(&["delta-log", &dir])
+}
+
+fn version(t: &Table, name: &str) -> u64 {
+    delta_log(t, name)["version"].as_u64().unwrap()
+}
+
+/// The Delta commits of table `name` (the JSON files of its log).
+fn commits(t: &Table, name: &str) -> Vec<String> {
+    t.data_files_and_log(name)
+        .into_iter()
+        .filter(|f| f.starts_with("_delta_log/") && f.ends_with(".json"))
+        .collect()
+}
+
+impl Table {
+    fn delta(backend: Backend, tag: &str) -> Table {
+        Table::with_execution(backend, tag, DELTA)
+    }
+
+    /// Every file under table `name` (relative), data and log.
+    fn data_files_and_log(&self, name: &str) -> Vec<String> {
+        match self.backend {
+            Backend::Local => snapshot(&self.lake.join(&format!("out/{name}")))
+                .into_keys()
+                .collect(),
+            _ => self
+                .keys(&format!("lake/{name}/"))
+                .into_iter()
+                .map(|k| k.trim_start_matches(&format!("lake/{name}/")).to_string())
+                .collect(),
+        }
+    }
+
+    fn vacuum(&self, name: &str) -> Value {
+        let out = self.ok(&[
+            "vacuum",
+            &self.target(name),
+            "--retain-hours",
+            "0",
+            "--json",
+        ]);
+        out.into_iter().next().unwrap()
+    }
+}
+
+fn twice_run_keeps_the_version_and_a_changed_day_is_one_commit(backend: Backend) {
+    let t = Table::delta(backend, "delta-twice");
+    let first = t.run_ok(&t.job);
+    assert_eq!(actions(&first).len(), 7, "{backend:?}");
+    assert!(
+        actions(&first).iter().all(|(_, a)| a == "written"),
+        "{first:?}"
+    );
+    let a_rows = oracle(&t, None);
+    assert_eq!(delta_rows(&t, "crashy", None), a_rows, "{backend:?}");
+    // One commit for the whole run, naming idem's job, run and the partitions'
+    // replaceWhere.
+    let log = delta_log(&t, "crashy");
+    assert_eq!(log["version"], 0, "{backend:?}");
+    let commit = &log["history"][0];
+    assert_eq!(commit["operation"], "WRITE", "{commit}");
+    assert_eq!(
+        commit["operationParameters"]["mode"], "Overwrite",
+        "{commit}"
+    );
+    let predicate = commit["operationParameters"]["predicate"].as_str().unwrap();
+    assert!(
+        predicate.contains("(dt = '2026-06-01')") && predicate.contains("(dt = '2026-06-07')"),
+        "{predicate}"
+    );
+    assert_eq!(commit["idem"]["job"], "crashy", "{commit}");
+    assert_eq!(commit["idem"]["runId"], first[0]["run_id"], "{commit}");
+    assert_eq!(commit["idem"]["partitions"].as_array().unwrap().len(), 7);
+    // idem reads its own table through the log: every partition whole, the digests a
+    // plain Parquet run of the same job computes.
+    assert_eq!(t.digests(), t.reference(), "{backend:?}");
+
+    // A re-run of unchanged input writes no file and no commit.
+    let before = t.data_files_and_log("crashy");
+    let again = t.run_ok(&t.job);
+    assert!(
+        actions(&again).iter().all(|(_, a)| a == "unchanged"),
+        "{again:?}"
+    );
+    assert_eq!(t.data_files_and_log("crashy"), before, "{backend:?}");
+    assert_eq!(version(&t, "crashy"), 0, "{backend:?}");
+
+    // One changed day: one commit that removes that day's file and adds its new one.
+    t.switch_to_b(Some("2026-06-03"));
+    let changed = t.run_ok(&t.job);
+    let written: Vec<_> = actions(&changed)
+        .into_iter()
+        .filter(|(_, a)| a != "unchanged")
+        .collect();
+    assert_eq!(written, vec![("dt=2026-06-03".into(), "written".into())]);
+    let log = delta_log(&t, "crashy");
+    assert_eq!(log["version"], 1, "{backend:?}");
+    assert_eq!(
+        log["history"][0]["operationParameters"]["predicate"],
+        "dt = '2026-06-03'"
+    );
+    assert_eq!(delta_rows(&t, "crashy", None), oracle(&t, None));
+    // Time travel: version 0 still reads the first run's rows.
+    assert_eq!(delta_rows(&t, "crashy", Some(0)), a_rows, "{backend:?}");
+    assert_eq!(t.digests(), t.reference(), "{backend:?}");
+    let restated = t.ok(&["log", &t.target("crashy"), "--json"]);
+    assert_eq!(restated.len(), 1, "{restated:?}");
+    assert_eq!(restated[0]["partition"], "dt=2026-06-03");
+
+    // The replaced file outlives its removal until vacuum, which deletes only it.
+    let files = t.data_files("crashy");
+    assert_eq!(files.len(), 8, "{files:?}");
+    let vacuumed = t.vacuum("crashy");
+    assert_eq!(vacuumed["files"].as_array().unwrap().len(), 1, "{vacuumed}");
+    assert!(
+        vacuumed["files"][0]
+            .as_str()
+            .unwrap()
+            .contains("dt=2026-06-03/"),
+        "{vacuumed}"
+    );
+    assert_eq!(t.data_files("crashy").len(), 7);
+    assert_eq!(delta_rows(&t, "crashy", None), oracle(&t, None));
+}
+
+#[test]
+fn twice_run_keeps_the_version_local() {
+    twice_run_keeps_the_version_and_a_changed_day_is_one_commit(Backend::Local);
+}
+
+#[test]
+fn twice_run_keeps_the_version_s3() {
+    twice_run_keeps_the_version_and_a_changed_day_is_one_commit(Backend::S3);
+}
+
+fn empty_days_commit_nothing_and_backfills_rerun_without_commits(backend: Backend) {
+    let t = Table::delta(backend, "delta-empty");
+    // 2026-06-09 has no source rows: nothing to add, nothing to remove, no table yet.
+    let out = t.ok(&["run", &t.daily_job, "--date", "2026-06-09", "--json"]);
+    assert_eq!(
+        actions(&out),
+        vec![("dt=2026-06-09".into(), "unchanged".into())]
+    );
+    assert!(commits(&t, "daily").is_empty(), "{backend:?}");
+
+    let days = [
+        "2026-06-04",
+        "2026-06-05",
+        "2026-06-06",
+        "2026-06-07",
+        "2026-06-08",
+        "2026-06-09",
+    ];
+    let backfill = |extra: &[&str]| {
+        let mut args = vec![
+            "backfill",
+            t.daily_job.as_str(),
+            "--from",
+            "2026-06-04",
+            "--to",
+            "2026-06-09",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        t.ok(&args)
+    };
+    backfill(&[]);
+    let v = version(&t, "daily");
+    assert_eq!(delta_rows(&t, "daily", None), oracle(&t, Some(&days)));
+    let before = t.data_files_and_log("daily");
+    let rerun = backfill(&[]);
+    assert_eq!(rerun.last().unwrap()["written"], 0, "{rerun:?}");
+    let fresh = backfill(&["--skip-fresh"]);
+    assert_eq!(fresh.last().unwrap()["written"], 0, "{fresh:?}");
+    assert_eq!(t.data_files_and_log("daily"), before, "{backend:?}");
+    assert_eq!(version(&t, "daily"), v);
+
+    // A day emptied at the source: its commit removes the day's files, adds none.
+    let raw = t
+        .lake
+        .join("testdata/lake/raw/orders/created_date=2026-06-05");
+    std::fs::remove_dir_all(&raw).unwrap();
+    let emptied = t.ok(&["run", &t.daily_job, "--date", "2026-06-05", "--json"]);
+    assert_eq!(
+        actions(&emptied),
+        vec![("dt=2026-06-05".into(), "emptied".into())]
+    );
+    assert_eq!(version(&t, "daily"), v + 1);
+    let left: Vec<&str> = days
+        .iter()
+        .copied()
+        .filter(|d| *d != "2026-06-05")
+        .collect();
+    assert_eq!(delta_rows(&t, "daily", None), oracle(&t, Some(&left)));
+    let again = t.ok(&["run", &t.daily_job, "--date", "2026-06-05", "--json"]);
+    assert_eq!(
+        actions(&again),
+        vec![("dt=2026-06-05".into(), "unchanged".into())]
+    );
+    assert_eq!(version(&t, "daily"), v + 1);
+}
+
+#[test]
+fn empty_days_and_backfills_local() {
+    empty_days_commit_nothing_and_backfills_rerun_without_commits(Backend::Local);
+}
+
+#[test]
+fn empty_days_and_backfills_s3() {
+    empty_days_commit_nothing_and_backfills_rerun_without_commits(Backend::S3);
+}
+
+fn a_failed_check_leaves_the_version_and_rows(backend: Backend) {
+    let t = Table::delta(backend, "delta-check");
+    t.run_ok(&t.job);
+    let a_rows = oracle(&t, None);
+    let checked = t.lake.job(
+        "checked",
+        &(crate::conformance::MONTH_JOB
+            .replace("TARGET", &t.target("crashy"))
+            .replace("[target]\n", "[checks]\nmax_rows = 10\n[target]\n")
+            + DELTA),
+    );
+    t.switch_to_b(None);
+    let before = t.data_files_and_log("crashy");
+    let out = t.idem(&["run", &checked, "--date", "2026-06"], &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(t.data_files_and_log("crashy"), before, "{backend:?}");
+    assert_eq!(version(&t, "crashy"), 0);
+    assert_eq!(delta_rows(&t, "crashy", None), a_rows);
+}
+
+#[test]
+fn a_failed_check_leaves_the_version_local() {
+    a_failed_check_leaves_the_version_and_rows(Backend::Local);
+}
+
+#[test]
+fn a_failed_check_leaves_the_version_s3() {
+    a_failed_check_leaves_the_version_and_rows(Backend::S3);
+}
+
+/// Every failpoint of the write and publish path, as a crash: afterwards each Delta
+/// reader sees the old month or the new one whole, the next run converges, and vacuum
+/// leaves exactly the live files.
+fn a_crash_anywhere_leaves_the_old_table_or_the_new(backend: Backend) {
+    let t = Table::delta(backend, "delta-crash");
+    t.run_ok(&t.job);
+    let points = [
+        "after_first_batch",
+        "after_footers",
+        "after_stage",
+        "before_publish",
+        "after_publish_one",
+        "before_commit",
+    ];
+    let mut state_b = false;
+    for point in points {
+        let old_rows = delta_rows(&t, "crashy", None);
+        let old_version = version(&t, "crashy");
+        state_b = !state_b;
+        if state_b {
+            t.switch_to_b(None);
+        } else {
+            t.switch_to_a();
+        }
+        let new_rows = oracle(&t, None);
+        assert_ne!(old_rows, new_rows);
+        let out = t.idem(
+            &["run", &t.job, "--date", "2026-06"],
+            &[("IDEM_FAILPOINTS", &format!("{point}=abort"))],
+        );
+        assert!(!out.status.success(), "{point}: the crash did not happen");
+        let seen = delta_rows(&t, "crashy", None);
+        assert_eq!(
+            seen, old_rows,
+            "{backend:?} {point}: a crash before the commit showed rows"
+        );
+        assert_eq!(version(&t, "crashy"), old_version, "{point}");
+        let done = t.run_ok(&t.job);
+        assert!(
+            actions(&done).iter().all(|(_, a)| a == "written"),
+            "{point}: {done:?}"
+        );
+        assert_eq!(version(&t, "crashy"), old_version + 1, "{point}");
+        assert_eq!(
+            delta_rows(&t, "crashy", None),
+            new_rows,
+            "{backend:?} {point}"
+        );
+        // Orphans of the crash and removed files go; the live files stay.
+        t.vacuum("crashy");
+        let live: BTreeSet<String> = delta_log(&t, "crashy")["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let f = f.as_str().unwrap();
+                f[f.find("dt=").unwrap()..].to_string()
+            })
+            .collect();
+        let on_disk: BTreeSet<String> = t.data_files("crashy").into_iter().collect();
+        assert_eq!(on_disk, live, "{backend:?} {point}");
+    }
+}
+
+#[test]
+fn a_crash_anywhere_local() {
+    a_crash_anywhere_leaves_the_old_table_or_the_new(Backend::Local);
+}
+
+#[test]
+fn a_crash_anywhere_s3() {
+    a_crash_anywhere_leaves_the_old_table_or_the_new(Backend::S3);
+}
+
+/// Two writers at once: of different dates, both land; of one date, the table holds
+/// one run's files whole.
+fn concurrent_writers(backend: Backend) {
+    let t = Table::delta(backend, "delta-concurrent");
+    let cmd = |date: &str| {
+        let mut c = Command::new(bin());
+        c.current_dir(t.lake.path())
+            .args(["run", &t.daily_job, "--date", date, "--json"]);
+        for (k, v) in backend.env() {
+            c.env(k, v);
+        }
+        c
+    };
+    all_at_once([cmd("2026-06-01"), cmd("2026-06-02")]);
+    assert_eq!(
+        delta_rows(&t, "daily", None),
+        oracle(&t, Some(&["2026-06-01", "2026-06-02"]))
+    );
+    assert_eq!(commits(&t, "daily").len(), 2, "{backend:?}");
+
+    t.switch_to_b(Some("2026-06-03"));
+    let outs = all_at_once([cmd("2026-06-03"), cmd("2026-06-03")]);
+    let reports: Vec<Value> = outs.iter().flat_map(json_lines).collect();
+    let written = actions(&reports)
+        .into_iter()
+        .filter(|(_, a)| a == "written")
+        .count();
+    assert!((1..=2).contains(&written), "{reports:?}");
+    assert_eq!(
+        delta_rows(&t, "daily", None),
+        oracle(&t, Some(&["2026-06-01", "2026-06-02", "2026-06-03"]))
+    );
+    let day3: Vec<String> = delta_log(&t, "daily")["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .filter(|f| f.contains("dt=2026-06-03/"))
+        .collect();
+    assert_eq!(day3.len(), 1, "one run's file, whole: {day3:?}");
+}
+
+#[test]
+fn concurrent_writers_local() {
+    concurrent_writers(Backend::Local);
+}
+
+#[test]
+fn concurrent_writers_s3() {
+    concurrent_writers(Backend::S3);
+}
+
+#[test]
+fn a_parquet_job_refuses_a_delta_table_and_vacuum_refuses_a_parquet_one() {
+    let t = Table::delta(Backend::Local, "delta-refuse");
+    t.run_ok(&t.job);
+    let plain = t.lake.job(
+        "plain",
+        &crate::conformance::MONTH_JOB.replace("TARGET", "out/crashy"),
+    );
+    let out = t.idem(&["run", &plain, "--date", "2026-06"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("is a Delta table") && err.contains("format = \"delta\""),
+        "{err}"
+    );
+
+    t.run_ok(&t.ref_job);
+    let out = t.idem(&["vacuum", "out/ref"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("no Delta log"), "{err}");
+}

@@ -1,0 +1,1100 @@
+//! Delta Lake tables (`format = "delta"`): a run's partitions are replaced by one Delta
+//! commit, so any Delta reader (Spark, DuckDB, Polars, delta-rs, Trino) sees the table
+//! before the run or after it, never in between.
+//!
+//! Layout, for a table at `lake/fct_orders`:
+//!
+//! ```text
+//! lake/fct_orders/_delta_log/00000000000000000003.json    the table's commits
+//! lake/fct_orders/dt=2026-06-01/part-1a2b3c4d-00000.parquet data, named by the write
+//! lake/_idem/fct_orders/…                                  locks, staging, the log
+//! ```
+//!
+//! A run stages each partition exactly as for a Hive table (the same writer, the
+//! manifest in every footer). Publishing a partition moves its files into the table
+//! (a rename on disk, an upload on an object store) under names no commit has used,
+//! where no Delta reader looks until a commit adds them, and records its `remove`
+//! actions (every live file of the partition a merge did not keep) and `add` actions
+//! (partition values, size, and statistics from the footers). When the run has
+//! published all its partitions, [`CommitBackend::finish_publish`] writes them as one
+//! commit: an overwrite whose predicate is the partitions' `replaceWhere`, with idem's
+//! job, logical date, run id and digests in its `commitInfo`. That commit is the
+//! atomic point; a crash before it leaves every partition as it was (the moved files
+//! are orphans `idem vacuum` removes).
+//!
+//! The live state is the latest snapshot: a partition's files are its `add` actions,
+//! and its manifest is the newest generation among their footers, which must list
+//! exactly those files (else the partition is foreign to idem and is simply replaced).
+//! A partition whose rows equal the live ones is never published, so a re-run of
+//! unchanged input writes no file and no commit: the table's version does not move.
+//! An emptied partition's commit removes its files and adds none.
+//!
+//! Concurrency: idem's writers of one table still take its publish fence; any other
+//! writer is met by Delta's optimistic concurrency. A commit that loses to a
+//! conflicting one is planned again on the new snapshot: a partition the winner left
+//! with this run's digest is dropped (unchanged), any other replaces what is live now.
+
+mod stats;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::IntoFuture as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel as _;
+use deltalake_core::kernel::transaction::{CommitBuilder, TransactionError};
+use deltalake_core::kernel::{Action, Add, MetadataExt as _, Remove, StructType, new_metadata};
+use deltalake_core::logstore::{LogStoreRef, StorageConfig, default_logstore};
+use deltalake_core::protocol::{DeltaOperation, SaveMode};
+use deltalake_core::table::state::DeltaTableState;
+use deltalake_core::{DeltaTable, DeltaTableError};
+use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use super::local::LocalTable;
+use super::object::ObjectTable;
+use super::{
+    Checked, CommitBackend, CommittedPartition, PublishGuard, PublishMode, Published, RunGuard,
+    Version, WritesGuard,
+};
+use crate::error::{Error, Result};
+use crate::hive::PartitionPath;
+use crate::log::Restatement;
+use crate::manifest::{LiveState, Manifest};
+use crate::staged::WrittenPartition;
+
+/// How many times a commit that lost to a conflicting one is planned again.
+const REPLANS: usize = 8;
+
+/// Put in the log's folder before the first commit's files move in, so a run that
+/// crashes before that commit leaves a place the next run may still create the table
+/// in (Delta readers skip names that are not commits or checkpoints).
+const CREATING: &str = "_delta_log/.idem-creating";
+
+/// Where the table's files are: a directory, or a prefix on an object store (whose
+/// staging, uploads and leases idem's object-store backend handles).
+enum Place {
+    Local(LocalTable),
+    Object(ObjectTable),
+}
+
+/// A Delta table, with idem's metadata (locks, staging, restatement log) beside it.
+pub struct DeltaLake {
+    place: Place,
+    /// The table's URL as Delta names it (`file:///…`, `s3://…`).
+    url: url::Url,
+    log_store: LogStoreRef,
+    /// The table's store, rooted at the table.
+    store: Arc<dyn ObjectStore>,
+    /// The latest snapshot read, updated from the log on every use.
+    table: Mutex<Option<DeltaTable>>,
+    /// What each run has published and not committed yet.
+    pending: Mutex<HashMap<String, Vec<PendingPartition>>>,
+}
+
+impl std::fmt::Debug for DeltaLake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeltaLake")
+            .field("url", &self.url.as_str())
+            .finish()
+    }
+}
+
+/// A published partition of a run, not committed yet.
+#[derive(Clone, Debug)]
+struct PendingPartition {
+    partition: PartitionPath,
+    manifest: Manifest,
+    /// The files it adds (moved into the table already).
+    adds: Vec<Add>,
+    /// Live files a merge kept as they are.
+    kept: Vec<String>,
+    /// The arrow schema of the whole table it was written with (data and partition
+    /// columns).
+    schema: SchemaRef,
+    restated: Option<Restatement>,
+}
+
+/// One live data file of the snapshot.
+#[derive(Clone, Debug)]
+struct LiveFile {
+    /// Relative to the table root, decoded.
+    path: String,
+    size: i64,
+    partition_values: HashMap<String, Option<String>>,
+}
+
+impl LiveFile {
+    fn name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+
+    fn remove(&self, now: i64) -> Action {
+        Action::Remove(Remove {
+            path: encode_path(&self.path),
+            data_change: true,
+            deletion_timestamp: Some(now),
+            extended_file_metadata: Some(true),
+            partition_values: Some(self.partition_values.clone()),
+            size: Some(self.size),
+            deletion_vector: None,
+            tags: None,
+            base_row_id: None,
+            default_row_commit_version: None,
+        })
+    }
+}
+
+/// The latest snapshot, by partition.
+struct Live {
+    state: DeltaTableState,
+    files: BTreeMap<PartitionPath, Vec<LiveFile>>,
+}
+
+impl DeltaLake {
+    /// The Delta table on local disk at `root` (which need not exist yet).
+    pub fn local(root: &Path) -> Result<Self> {
+        let table = LocalTable::new(root);
+        let root = table.root().to_path_buf();
+        let url = url::Url::from_directory_path(&root).map_err(|()| Error::Url {
+            url: root.display().to_string(),
+            reason: "not an absolute path".into(),
+        })?;
+        let fs: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new());
+        let prefix = ObjectPath::from_absolute_path(&root).map_err(|e| Error::Url {
+            url: root.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let store: Arc<dyn ObjectStore> = Arc::new(PrefixStore::new(fs.clone(), prefix));
+        Ok(Self::with(Place::Local(table), url, store, fs))
+    }
+
+    /// The Delta table at `url` on an object store; runs stage under `local_staging`.
+    pub fn object(
+        url: &str,
+        options: &crate::store::StorageOptions,
+        local_staging: &Path,
+    ) -> Result<Self> {
+        let table = ObjectTable::new(url, options, local_staging)?;
+        let (bucket, _) = crate::store::stores(url, options)?;
+        let key = crate::store::key_of(url);
+        let store: Arc<dyn ObjectStore> = Arc::new(PrefixStore::new(
+            bucket.clone(),
+            crate::store::raw_key(&key),
+        ));
+        let parsed = url::Url::parse(&format!("{}/", url.trim_end_matches('/'))).map_err(|e| {
+            Error::Url {
+                url: url.to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(Self::with(Place::Object(table), parsed, store, bucket))
+    }
+
+    fn with(
+        place: Place,
+        url: url::Url,
+        store: Arc<dyn ObjectStore>,
+        root: Arc<dyn ObjectStore>,
+    ) -> Self {
+        let log_store = default_logstore(store.clone(), root, &url, &StorageConfig::default());
+        Self {
+            place,
+            url,
+            log_store,
+            store,
+            table: Mutex::new(None),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn inner(&self) -> &dyn CommitBackend {
+        match &self.place {
+            Place::Local(t) => t,
+            Place::Object(t) => t,
+        }
+    }
+
+    fn delta_err<E: std::fmt::Display>(&self, what: &str) -> impl FnOnce(E) -> Error {
+        let table = self.location();
+        let what = what.to_string();
+        move |e| Error::Delta {
+            table,
+            message: format!("{what}: {e}"),
+        }
+    }
+
+    /// Whether a Delta log exists at the table.
+    pub fn exists(&self) -> Result<bool> {
+        crate::store::block(self.log_store.is_delta_table_location())
+            .map_err(self.delta_err("reading the log"))
+    }
+
+    /// The latest snapshot, or `None` when there is no table yet.
+    fn live(&self) -> Result<Option<Live>> {
+        if !self.exists()? {
+            return Ok(None);
+        }
+        let mut cached = self.table.lock().expect("not poisoned");
+        let table = cached.get_or_insert_with(|| DeltaTable::new(self.log_store.clone()));
+        crate::store::block(table.update_incremental(None))
+            .map_err(self.delta_err("reading the log"))?;
+        let state = table
+            .snapshot()
+            .map_err(self.delta_err("reading the log"))?
+            .clone();
+        let columns = state.metadata().partition_columns().to_vec();
+        let mut files: BTreeMap<PartitionPath, Vec<LiveFile>> = BTreeMap::new();
+        for f in state.log_data().iter() {
+            let values = f.partition_values_map();
+            let p = PartitionPath::new(
+                columns
+                    .iter()
+                    .map(|c| (c.clone(), values.get(c).cloned().flatten()))
+                    .collect(),
+            );
+            files.entry(p).or_default().push(LiveFile {
+                path: f.path().into_owned(),
+                size: f.size(),
+                partition_values: values,
+            });
+        }
+        Ok(Some(Live { state, files }))
+    }
+
+    /// The table's version now; `None` before its first commit.
+    pub fn version(&self) -> Result<Option<i64>> {
+        Ok(self.live()?.map(|l| l.state.version() as i64))
+    }
+
+    /// Deletes the data files no version within `retain` of now references: files
+    /// removed longer ago than that, and files no commit ever added (a crashed run's)
+    /// that are older. `None` keeps the table's `delta.deletedFileRetentionDuration`
+    /// (seven days unless set). Returns the deleted paths (with `dry_run`, the paths
+    /// it would delete). Like Delta's `VACUUM`, it records its own commits.
+    pub fn vacuum(
+        &self,
+        retain: Option<std::time::Duration>,
+        dry_run: bool,
+    ) -> Result<Vec<String>> {
+        if !self.exists()? {
+            return Err(Error::Delta {
+                table: self.location(),
+                message: "there is no Delta log here; vacuum works on Delta tables (idem gc \
+                          cleans a Parquet table's staging)"
+                    .into(),
+            });
+        }
+        let mut table = DeltaTable::new(self.log_store.clone());
+        crate::store::block(table.load()).map_err(self.delta_err("reading the log"))?;
+        let mut builder = table
+            .vacuum()
+            .with_mode(deltalake_core::operations::vacuum::VacuumMode::Full)
+            .with_dry_run(dry_run);
+        if let Some(retain) = retain {
+            let retain = chrono::Duration::from_std(retain).map_err(|e| Error::Delta {
+                table: self.location(),
+                message: format!("retention: {e}"),
+            })?;
+            builder = builder
+                .with_retention_period(retain)
+                .with_enforce_retention_duration(false);
+        }
+        let (_, metrics) =
+            crate::store::block(builder.into_future()).map_err(self.delta_err("vacuum"))?;
+        let mut files = metrics.files_deleted;
+        files.sort();
+        Ok(files)
+    }
+
+    /// Reads the manifest of each of `files`' footers: the newest generation, when it
+    /// lists exactly these files.
+    fn manifest_of(&self, files: &[LiveFile]) -> Result<Option<Manifest>> {
+        let mut newest: Option<Manifest> = None;
+        for f in files {
+            let Some(m) = self.footer_manifest(&f.path)? else {
+                return Ok(None);
+            };
+            if newest.as_ref().is_none_or(|n| m.generation > n.generation) {
+                newest = Some(m);
+            }
+        }
+        let Some(m) = newest else { return Ok(None) };
+        let mut listed: Vec<&str> = files.iter().map(LiveFile::name).collect();
+        listed.sort_unstable();
+        let mut expected: Vec<&str> = m.files.iter().map(|f| f.name.as_str()).collect();
+        expected.sort_unstable();
+        Ok((listed == expected).then_some(m))
+    }
+
+    /// The manifest in the footer of the data file at `path` (relative to the root).
+    fn footer_manifest(&self, path: &str) -> Result<Option<Manifest>> {
+        match &self.place {
+            Place::Local(t) => match crate::manifest::read_from_file(&t.root().join(path)) {
+                Ok(m) => Ok(m),
+                Err(Error::ParquetRead { .. } | Error::BadManifest { .. }) => Ok(None),
+                Err(e) => Err(e),
+            },
+            Place::Object(_) => crate::store::block(async {
+                let key = ObjectPath::from(path);
+                let meta = self.store.head(&key).await;
+                let Ok(meta) = meta else { return Ok(None) };
+                let size = meta.size;
+                // One read of the tail holds the footer of most files; a larger one
+                // takes a second read.
+                let tail = size.min(256 << 10);
+                let bytes = self
+                    .store
+                    .get_range(&key, size - tail..size)
+                    .await
+                    .map_err(|e| self.store_err("read", path, e))?;
+                let n = bytes.len();
+                if n < 8 || &bytes[n - 4..] != b"PAR1" {
+                    return Ok(None);
+                }
+                let len =
+                    u32::from_le_bytes(bytes[n - 8..n - 4].try_into().expect("4 bytes")) as u64;
+                let footer = if len + 8 <= n as u64 {
+                    bytes.slice(n - 8 - len as usize..n - 8)
+                } else if len + 8 <= size {
+                    self.store
+                        .get_range(&key, size - 8 - len..size - 8)
+                        .await
+                        .map_err(|e| self.store_err("read", path, e))?
+                } else {
+                    return Ok(None);
+                };
+                let Ok(meta) =
+                    parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&footer)
+                else {
+                    return Ok(None);
+                };
+                Ok(crate::manifest::manifest_of(&meta).ok().flatten())
+            }),
+        }
+    }
+
+    fn store_err(&self, op: &'static str, path: &str, e: object_store::Error) -> Error {
+        Error::ObjectStore {
+            op,
+            url: format!("{}{path}", self.url),
+            source: Box::new(e),
+        }
+    }
+
+    fn file_url(&self, rel: &str) -> String {
+        match &self.place {
+            Place::Local(t) => t.root().join(rel).display().to_string(),
+            Place::Object(_) => format!("{}{rel}", self.url),
+        }
+    }
+
+    /// Moves the staged file `name` of `part` into the table at `rel`, durably, under a
+    /// name no file has: a rename that refuses to replace on disk, an upload that
+    /// refuses to overwrite on an object store.
+    fn move_in(&self, part: &WrittenPartition, name: &str, rel: &str) -> Result<u64> {
+        let from = part.dir.join(name);
+        match &self.place {
+            Place::Local(t) => {
+                let to = t.root().join(rel);
+                let dir = to.parent().expect("inside the table");
+                crate::durable::create_dir_all(dir)?;
+                let file = crate::fs::open(&from).map_err(Error::io("open", &from))?;
+                crate::fs::sync(&file, &from).map_err(Error::io("fsync", &from))?;
+                let len = file.metadata().map_err(Error::io("stat", &from))?.len();
+                crate::fs::rename_with(&from, &to, rustix::fs::RenameFlags::NOREPLACE).map_err(
+                    |e| {
+                        if e == rustix::io::Errno::EXIST {
+                            Error::Conflict {
+                                partition: part.partition.to_string(),
+                            }
+                        } else {
+                            Error::io("rename", &to)(e.into())
+                        }
+                    },
+                )?;
+                Ok(len)
+            }
+            Place::Object(t) => {
+                let key = crate::store::raw_key(format!("{}/{rel}", t.root_key()));
+                crate::store::block(t.upload(&from, &key, &part.manifest.run.run_id))
+            }
+        }
+    }
+
+    /// Makes the files moved into partition directories durable (their directories'
+    /// entries), on disk.
+    fn sync_dirs(&self, rels: &[String]) -> Result<()> {
+        if let Place::Local(t) = &self.place {
+            let mut dirs: Vec<PathBuf> = rels
+                .iter()
+                .filter_map(|r| t.root().join(r).parent().map(Path::to_path_buf))
+                .collect();
+            dirs.sort();
+            dirs.dedup();
+            for d in dirs {
+                crate::durable::sync_dir(&d)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole table's arrow schema for a staged partition: its data file's columns
+    /// and the partition columns, typed as the manifest records them.
+    fn table_schema(part: &WrittenPartition) -> Result<(SchemaRef, SchemaRef)> {
+        let first = part
+            .manifest
+            .files
+            .first()
+            .map(|f| part.dir.join(&f.name))
+            .ok_or_else(|| Error::Delta {
+                table: part.partition.to_string(),
+                message: "a staged partition has no file".into(),
+            })?;
+        let file = crate::fs::open(&first).map_err(Error::io("open", &first))?;
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|source| Error::ParquetRead {
+            path: first.clone(),
+            source,
+        })?;
+        let data = reader.schema().clone();
+        let mut fields: Vec<Field> = Vec::new();
+        for c in &part.manifest.schema {
+            if c.partition {
+                let t: DataType = c.data_type.parse().unwrap_or(DataType::Utf8);
+                fields.push(Field::new(&c.name, t, true));
+            } else if let Ok(f) = data.field_with_name(&c.name) {
+                fields.push(f.clone());
+            }
+        }
+        Ok((Arc::new(Schema::new(fields)), data))
+    }
+
+    /// The `replaceWhere` predicate of a set of partitions, as Spark and delta-rs take it.
+    fn predicate(parts: &[PendingPartition]) -> Option<String> {
+        let each: Vec<String> = parts
+            .iter()
+            .filter(|p| !p.partition.parts().is_empty())
+            .map(|p| {
+                p.partition
+                    .parts()
+                    .iter()
+                    .map(|(c, v)| match v {
+                        Some(v) => format!("{} = '{}'", ident(c), v.replace('\'', "''")),
+                        None => format!("{} IS NULL", ident(c)),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" AND ")
+            })
+            .collect();
+        match each.len() {
+            0 => None,
+            1 => each.into_iter().next(),
+            _ => Some(
+                each.iter()
+                    .map(|e| format!("({e})"))
+                    .collect::<Vec<_>>()
+                    .join(" OR "),
+            ),
+        }
+    }
+
+    /// Commits the run's pending partitions as one Delta commit; returns the version.
+    fn commit(&self, run_id: &str, parts: Vec<PendingPartition>) -> Result<Option<i64>> {
+        let mut parts = parts;
+        for _ in 0..REPLANS {
+            let live = self.live()?;
+            // Planned on the snapshot read now: a partition already holding this run's
+            // rows is dropped; the others replace whatever is live.
+            let now = chrono::Utc::now().timestamp_millis();
+            let mut actions: Vec<Action> = Vec::new();
+            let mut keep: Vec<PendingPartition> = Vec::new();
+            for p in parts.iter() {
+                let live_files: Vec<LiveFile> = live
+                    .as_ref()
+                    .and_then(|l| l.files.get(&p.partition).cloned())
+                    .unwrap_or_default();
+                let ours = p
+                    .adds
+                    .iter()
+                    .all(|a| live_files.iter().any(|f| encode_path(&f.path) == a.path))
+                    && !p.adds.is_empty()
+                    && live_files.len() == p.adds.len() + p.kept.len();
+                if ours {
+                    // An earlier attempt of this very commit landed (a lost answer).
+                    continue;
+                }
+                let same_rows = match self.manifest_of(&live_files)? {
+                    Some(m) => {
+                        m.digest == p.manifest.digest
+                            && m.schema_fingerprint == p.manifest.schema_fingerprint
+                    }
+                    None => live_files.is_empty() && p.manifest.rows == 0,
+                };
+                if same_rows && !live_files.is_empty() {
+                    continue;
+                }
+                let kept_still = p
+                    .kept
+                    .iter()
+                    .all(|k| live_files.iter().any(|f| f.name() == k));
+                if !kept_still {
+                    return Err(Error::Conflict {
+                        partition: p.partition.to_string(),
+                    });
+                }
+                for f in &live_files {
+                    if !p.kept.iter().any(|k| k == f.name()) {
+                        actions.push(f.remove(now));
+                    }
+                }
+                actions.extend(p.adds.iter().cloned().map(Action::Add));
+                keep.push(p.clone());
+            }
+            if actions.is_empty() {
+                return Ok(live.map(|l| l.state.version() as i64));
+            }
+            let schema = keep
+                .last()
+                .map(|p| p.schema.clone())
+                .expect("a partition with actions");
+            let kernel: StructType =
+                schema
+                    .as_ref()
+                    .try_into_kernel()
+                    .map_err(|e| Error::Delta {
+                        table: self.location(),
+                        message: format!("the output's schema has no Delta type: {e}"),
+                    })?;
+            let columns: Vec<String> = keep[0]
+                .partition
+                .parts()
+                .iter()
+                .map(|(c, _)| c.clone())
+                .collect();
+            let mut head: Vec<Action> = Vec::new();
+            match live.as_ref() {
+                None => {
+                    // The oldest protocol that reads the table: 1/2, or 3/7 with the
+                    // `timestampNtz` feature for a timestamp without a time zone.
+                    let ntz = serde_json::to_string(&kernel)
+                        .map_err(self.delta_err("the table's schema"))?
+                        .contains("\"timestamp_ntz\"");
+                    let protocol = if ntz {
+                        serde_json::json!({
+                            "minReaderVersion": 3,
+                            "minWriterVersion": 7,
+                            "readerFeatures": ["timestampNtz"],
+                            "writerFeatures": ["timestampNtz"],
+                        })
+                    } else {
+                        serde_json::json!({"minReaderVersion": 1, "minWriterVersion": 2})
+                    };
+                    let protocol: deltalake_core::kernel::Protocol =
+                        serde_json::from_value(protocol)
+                            .map_err(self.delta_err("the table's protocol"))?;
+                    let metadata =
+                        new_metadata(&kernel, &columns, std::iter::empty::<(String, String)>())
+                            .map_err(self.delta_err("the table's metadata"))?;
+                    head.push(Action::Protocol(protocol));
+                    head.push(Action::Metadata(metadata));
+                }
+                Some(l) => {
+                    if l.state.metadata().partition_columns() != &columns {
+                        return Err(Error::Layout {
+                            table: self.location(),
+                            problem: crate::layout::Problem::OtherLayout {
+                                found: l.state.metadata().partition_columns().to_vec(),
+                            },
+                        });
+                    }
+                    if l.state.schema().as_ref() != &kernel {
+                        let metadata = l
+                            .state
+                            .metadata()
+                            .clone()
+                            .with_schema(&kernel)
+                            .map_err(self.delta_err("the table's metadata"))?;
+                        head.push(Action::Metadata(metadata));
+                    }
+                }
+            }
+            head.extend(actions);
+            let info = commit_info(run_id, &keep);
+            let op = DeltaOperation::Write {
+                mode: SaveMode::Overwrite,
+                partition_by: (!columns.is_empty()).then(|| columns.clone()),
+                predicate: Self::predicate(&keep),
+            };
+            crate::failpoint::hit("before_commit")?;
+            let snapshot = live
+                .as_ref()
+                .map(|l| &l.state as &dyn deltalake_core::kernel::transaction::TableReference);
+            let result = crate::store::block(
+                CommitBuilder::default()
+                    .with_actions(head)
+                    .with_app_metadata(info)
+                    .with_max_retries(REPLANS)
+                    .build(snapshot, self.log_store.clone(), op)
+                    .into_future(),
+            );
+            match result {
+                Ok(done) => {
+                    if live.is_none() {
+                        let key = ObjectPath::from(CREATING);
+                        let _ = crate::store::block(self.store.delete(&key));
+                    }
+                    for p in &keep {
+                        if let Some(event) = &p.restated {
+                            self.inner().append_log(event)?;
+                        }
+                    }
+                    return Ok(Some(done.version() as i64));
+                }
+                Err(DeltaTableError::Transaction {
+                    source: TransactionError::CommitConflict(_),
+                })
+                | Err(DeltaTableError::VersionAlreadyExists(_)) => {
+                    // Another writer's commit touched these partitions: plan again on it.
+                    parts = keep;
+                    continue;
+                }
+                Err(e) => return Err(self.delta_err("committing")(e)),
+            }
+        }
+        Err(Error::Conflict {
+            partition: parts
+                .first()
+                .map(|p| p.partition.to_string())
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// What a commit records of idem, in its `commitInfo`.
+fn commit_info(run_id: &str, parts: &[PendingPartition]) -> HashMap<String, serde_json::Value> {
+    let run = parts.first().map(|p| &p.manifest.run);
+    let dates: std::collections::BTreeSet<&str> = parts
+        .iter()
+        .map(|p| p.manifest.run.logical_date.as_str())
+        .collect();
+    let partitions: Vec<serde_json::Value> = parts
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "partition": p.partition.to_string(),
+                "digest": p.manifest.digest,
+                "rows": p.manifest.rows,
+                "logicalDate": p.manifest.run.logical_date,
+                "runId": p.manifest.run.run_id,
+            })
+        })
+        .collect();
+    let mut info = HashMap::new();
+    info.insert(
+        "engineInfo".into(),
+        serde_json::json!(format!("idem/{}", env!("CARGO_PKG_VERSION"))),
+    );
+    info.insert(
+        "idem".into(),
+        serde_json::json!({
+            "job": run.map(|r| r.job.clone()).unwrap_or_default(),
+            "jobFingerprint": run.map(|r| r.job_fingerprint.clone()).unwrap_or_default(),
+            "logicalDates": dates,
+            "runId": run_id,
+            "partitions": partitions,
+        }),
+    );
+    info
+}
+
+/// A column name as a predicate names it: bare when it is a plain identifier.
+fn ident(c: &str) -> String {
+    let plain = c
+        .chars()
+        .next()
+        .is_some_and(|ch| ch.is_ascii_alphabetic() || ch == '_')
+        && c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+    if plain {
+        c.to_string()
+    } else {
+        format!("\"{}\"", c.replace('"', "\"\""))
+    }
+}
+
+/// A relative path as an `add` or `remove` action records it: percent-encoded, as a
+/// URI path (readers decode it).
+fn encode_path(rel: &str) -> String {
+    const KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'/')
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~')
+        .remove(b'=');
+    percent_encoding::utf8_percent_encode(rel, KEEP).to_string()
+}
+
+impl CommitBackend for DeltaLake {
+    fn location(&self) -> String {
+        self.inner().location()
+    }
+
+    fn prepare(&self) -> Result<()> {
+        self.inner().prepare()
+    }
+
+    fn lock_run(&self, run_id: &str) -> Result<RunGuard> {
+        self.inner().lock_run(run_id)
+    }
+
+    fn clean_dead_runs(&self) -> Result<Vec<String>> {
+        self.inner().clean_dead_runs()
+    }
+
+    fn staged_runs(&self) -> Result<Vec<String>> {
+        self.inner().staged_runs()
+    }
+
+    fn append_log(&self, event: &Restatement) -> Result<()> {
+        // Logged when the run's commit lands (see `finish_publish`).
+        let mut pending = self.pending.lock().expect("not poisoned");
+        if let Some(p) = pending.get_mut(&event.run_id).and_then(|parts| {
+            parts
+                .iter_mut()
+                .find(|p| p.partition.to_string() == event.partition)
+        }) {
+            p.restated = Some(event.clone());
+            return Ok(());
+        }
+        drop(pending);
+        self.inner().append_log(event)
+    }
+
+    fn log(&self) -> Result<Vec<Restatement>> {
+        self.inner().log()
+    }
+
+    fn keeps_files(&self) -> bool {
+        self.inner().keeps_files()
+    }
+
+    fn lock_writes(&self) -> Result<WritesGuard> {
+        self.inner().lock_writes()
+    }
+
+    fn lock_publish(&self) -> Result<PublishGuard> {
+        self.inner().lock_publish()
+    }
+
+    fn live_version(&self, p: &PartitionPath) -> Result<Option<Version>> {
+        let Some(live) = self.live()? else {
+            return Ok(None);
+        };
+        let Some(files) = live.files.get(p) else {
+            return Ok(None);
+        };
+        let mut paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        paths.sort_unstable();
+        Ok(Some(Version(format!(
+            "{:016x}",
+            xxhash_rust::xxh3::xxh3_64(paths.join("\n").as_bytes())
+        ))))
+    }
+
+    fn check_layout(&self, partition_by: &[String]) -> Result<()> {
+        if let Some(live) = self.live()? {
+            let found = live.state.metadata().partition_columns().to_vec();
+            if found != partition_by {
+                return Err(Error::Layout {
+                    table: self.location(),
+                    problem: crate::layout::Problem::OtherLayout { found },
+                });
+            }
+            return Ok(());
+        }
+        // No Delta log yet: the place must hold nothing a commit would hide, unless an
+        // earlier run began creating the table here (its files are orphans).
+        let creating = crate::store::block(self.store.head(&ObjectPath::from(CREATING)));
+        if creating.is_ok() {
+            return Ok(());
+        }
+        self.inner().check_layout(partition_by)?;
+        match self.inner().partitions() {
+            Ok(found) if !found.is_empty() => Err(Error::Layout {
+                table: self.location(),
+                problem: crate::layout::Problem::NotATable {
+                    found: found.iter().take(3).map(|p| p.to_string()).collect(),
+                },
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn file_location(&self, p: &PartitionPath, name: &str) -> String {
+        let rel = p.rel_path().to_string_lossy().into_owned();
+        if rel.is_empty() {
+            self.file_url(name)
+        } else {
+            self.file_url(&format!("{rel}/{name}"))
+        }
+    }
+
+    fn read_locations(&self, p: &PartitionPath, names: &[String]) -> Result<Vec<String>> {
+        let live = self.live()?;
+        let files = live.as_ref().and_then(|l| l.files.get(p));
+        Ok(names
+            .iter()
+            .map(
+                |n| match files.and_then(|fs| fs.iter().find(|f| f.name() == n)) {
+                    Some(f) => self.file_url(&f.path),
+                    None => self.file_location(p, n),
+                },
+            )
+            .collect())
+    }
+
+    fn staging_dir(&self, run_id: &str, p: &PartitionPath) -> PathBuf {
+        self.inner().staging_dir(run_id, p)
+    }
+
+    fn live_partitions(&self, depth: usize) -> Result<Vec<PartitionPath>> {
+        Ok(self
+            .live()?
+            .map(|l| {
+                l.files
+                    .into_keys()
+                    .filter(|p| p.parts().len() == depth)
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    fn partitions(&self) -> Result<Vec<PartitionPath>> {
+        match self.live()? {
+            Some(l) => Ok(l.files.into_keys().collect()),
+            None => Err(Error::Missing {
+                path: PathBuf::from(self.location()),
+            }),
+        }
+    }
+
+    fn live_bytes(&self, p: &PartitionPath, _names: &[String]) -> Option<u64> {
+        let live = self.live().ok()??;
+        Some(live.files.get(p)?.iter().map(|f| f.size as u64).sum())
+    }
+
+    fn committed(&self) -> Result<Option<Vec<CommittedPartition>>> {
+        let Some(live) = self.live()? else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        for (p, files) in &live.files {
+            // A partition another writer made is not idem's: the table is read through
+            // a Delta reader then, never a listing.
+            let Some(m) = self.manifest_of(files)? else {
+                return Ok(None);
+            };
+            let urls = files.iter().map(|f| self.file_url(&f.path)).collect();
+            out.push((p.clone(), m, urls));
+        }
+        Ok(Some(out))
+    }
+
+    fn live_state(&self, p: &PartitionPath) -> Result<Option<LiveState>> {
+        let Some(live) = self.live()? else {
+            return Ok(None);
+        };
+        let Some(files) = live.files.get(p) else {
+            return Ok(None);
+        };
+        Ok(Some(match self.manifest_of(files)? {
+            Some(m) => LiveState::Managed(Box::new(m)),
+            None => LiveState::Foreign {
+                files: files
+                    .iter()
+                    .map(|f| PathBuf::from(self.file_url(&f.path)))
+                    .collect(),
+            },
+        }))
+    }
+
+    fn publish(&self, part: Checked, _fence: &PublishGuard) -> Result<Published> {
+        let written = part.0;
+        if written.uploaded.is_some() {
+            return Err(Error::Delta {
+                table: self.location(),
+                message: "a Delta table cannot take partitions a cluster staged".into(),
+            });
+        }
+        if let Some(expected) = &written.expected
+            && self.live_version(&written.partition)? != *expected
+        {
+            return Err(Error::Conflict {
+                partition: written.partition.to_string(),
+            });
+        }
+        let live = self.live()?;
+        let live_files: Vec<LiveFile> = live
+            .as_ref()
+            .and_then(|l| l.files.get(&written.partition).cloned())
+            .unwrap_or_default();
+        let (schema, data) = Self::table_schema(&written)?;
+        let rel_dir = written.partition.rel_path().to_string_lossy().into_owned();
+        let rel = |name: &str| {
+            if rel_dir.is_empty() {
+                name.to_string()
+            } else {
+                format!("{rel_dir}/{name}")
+            }
+        };
+        let partition_values: HashMap<String, Option<String>> = written
+            .partition
+            .parts()
+            .iter()
+            .map(|(c, v)| (c.clone(), v.clone()))
+            .collect();
+        if live.is_none() && written.manifest.rows > 0 {
+            crate::store::block(
+                self.store
+                    .put(&ObjectPath::from(CREATING), Default::default()),
+            )
+            .map_err(|e| self.store_err("create", CREATING, e))?;
+        }
+        let mut adds = Vec::new();
+        let mut kept = Vec::new();
+        let mut moved = Vec::new();
+        // An emptied partition adds nothing: its commit only removes.
+        if written.manifest.rows > 0 {
+            for f in &written.manifest.files {
+                if live_files.iter().any(|l| l.name() == f.name) {
+                    kept.push(f.name.clone());
+                    continue;
+                }
+                let stats = stats::of_file(&written.dir.join(&f.name), &data)?;
+                let path = rel(&f.name);
+                let size = self.move_in(&written, &f.name, &path)?;
+                adds.push(Add {
+                    path: encode_path(&path),
+                    partition_values: partition_values.clone(),
+                    size: size as i64,
+                    modification_time: chrono::Utc::now().timestamp_millis(),
+                    data_change: true,
+                    stats: Some(stats),
+                    tags: None,
+                    deletion_vector: None,
+                    base_row_id: None,
+                    default_row_commit_version: None,
+                    clustering_provider: None,
+                });
+                moved.push(path);
+            }
+        }
+        self.sync_dirs(&moved)?;
+        let _ = crate::durable::remove_dir_all(&written.dir);
+        let path = PathBuf::from(self.file_location(&written.partition, ""));
+        if adds.is_empty() && kept.is_empty() && live_files.is_empty() {
+            // Nothing was there and nothing is: no commit.
+            return Ok(Published {
+                partition: written.partition,
+                path,
+                mode: PublishMode::AlreadyLive,
+            });
+        }
+        self.pending
+            .lock()
+            .expect("not poisoned")
+            .entry(written.manifest.run.run_id.clone())
+            .or_default()
+            .push(PendingPartition {
+                partition: written.partition.clone(),
+                manifest: written.manifest,
+                adds,
+                kept,
+                schema,
+                restated: None,
+            });
+        Ok(Published {
+            partition: written.partition,
+            path,
+            mode: PublishMode::Committed,
+        })
+    }
+
+    fn finish_publish(&self, run_id: &str, _fence: &PublishGuard) -> Result<Option<i64>> {
+        let parts = self
+            .pending
+            .lock()
+            .expect("not poisoned")
+            .remove(run_id)
+            .unwrap_or_default();
+        if parts.is_empty() {
+            return self.version();
+        }
+        self.commit(run_id, parts)
+    }
+
+    fn discard(&self, part: WrittenPartition) -> Result<()> {
+        self.inner().discard(part)
+    }
+
+    fn cleanup_run(&self, run_id: &str) -> Result<()> {
+        self.pending.lock().expect("not poisoned").remove(run_id);
+        self.inner().cleanup_run(run_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predicates_quote_values_and_names() {
+        let part = |parts: Vec<(&str, Option<&str>)>| PendingPartition {
+            partition: PartitionPath::new(
+                parts
+                    .into_iter()
+                    .map(|(c, v)| (c.to_string(), v.map(str::to_string)))
+                    .collect(),
+            ),
+            manifest: serde_json::from_value(serde_json::json!({
+                "format": 1, "partition": "", "files": [], "rows": 0, "data_bytes": 0,
+                "schema": [], "schema_fingerprint": "", "digest": "", "job": "",
+                "job_fingerprint": "", "logical_date": "", "run_id": "", "idem_version": "",
+                "inputs": []
+            }))
+            .unwrap(),
+            adds: vec![],
+            kept: vec![],
+            schema: Arc::new(Schema::empty()),
+            restated: None,
+        };
+        assert_eq!(
+            DeltaLake::predicate(&[part(vec![("dt", Some("2026-06-01"))])]).as_deref(),
+            Some("dt = '2026-06-01'")
+        );
+        assert_eq!(
+            DeltaLake::predicate(&[
+                part(vec![("dt", Some("a'b")), ("my col", None)]),
+                part(vec![("dt", Some("x")), ("my col", Some("y"))]),
+            ])
+            .as_deref(),
+            Some("(dt = 'a''b' AND \"my col\" IS NULL) OR (dt = 'x' AND \"my col\" = 'y')")
+        );
+        assert_eq!(DeltaLake::predicate(&[part(vec![])]), None);
+    }
+
+    #[test]
+    fn paths_are_percent_encoded() {
+        assert_eq!(
+            encode_path("dt=2026-06-01/part-1-00000.parquet"),
+            "dt=2026-06-01/part-1-00000.parquet"
+        );
+        assert_eq!(
+            encode_path("k=a%3Ab c/p.parquet"),
+            "k=a%253Ab%20c/p.parquet"
+        );
+    }
+}
