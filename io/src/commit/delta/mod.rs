@@ -602,7 +602,7 @@ impl DeltaLake {
                     head.push(Action::Metadata(metadata));
                 }
                 Some(l) => {
-                    if l.state.metadata().partition_columns() != &columns {
+                    if l.state.metadata().partition_columns() != columns {
                         return Err(Error::Layout {
                             table: self.location(),
                             problem: crate::layout::Problem::OtherLayout {
