@@ -475,3 +475,54 @@ fn a_parquet_job_refuses_a_delta_table_and_vacuum_refuses_a_parquet_one() {
     assert!(!out.status.success());
     assert!(err.contains("no Delta log"), "{err}");
 }
+
+/// A merge into a Delta table commits copy-on-write: the files holding changed keys
+/// are removed and replaced, the others stay as they are (not re-added), and a re-run
+/// of the same changes commits nothing.
+#[test]
+fn a_merge_commits_copy_on_write() {
+    use crate::merge::{base, changes, clustered_job, merge_ok, oracle};
+    let lake = Lake::new();
+    let job = lake.job("dim", &(clustered_job() + DELTA));
+    let base = base(&lake);
+    merge_ok(&lake, &job, &base);
+    let table = lake.join("out/dim_customers");
+    let dir = table.to_str().unwrap();
+    let files = |v: &Value| v["files"].as_array().unwrap().len();
+    let first = readers(&["delta-log", dir]);
+    assert!(files(&first) > 3, "{first}");
+    // Keys 1, 2, 3 live in the first file only; 1001 is new.
+    let ch = changes(&lake, "a", &[1, 2, 3], &[1001], "DE");
+    merge_ok(&lake, &job, &ch);
+    assert_eq!(readers(&["delta", dir]), oracle(&base, &[&ch]));
+    let log = readers(&["delta-log", dir]);
+    assert_eq!(log["version"], 1, "{log}");
+    let commit =
+        std::fs::read_to_string(table.join("_delta_log/00000000000000000001.json")).unwrap();
+    let count = |kind: &str| {
+        commit
+            .lines()
+            .filter(|l| l.starts_with(&format!("{{\"{kind}\"")))
+            .count()
+    };
+    assert_eq!(count("remove"), 1, "{commit}");
+    assert!((1..=2).contains(&count("add")), "{commit}");
+    let names = |v: &Value| -> BTreeSet<String> {
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .collect()
+    };
+    let (kept, now) = (names(&first), names(&log));
+    assert_eq!(kept.difference(&now).count(), 1, "one file rewritten");
+    // Version 0 still reads the base.
+    assert_eq!(readers(&["delta", dir, "0"]), oracle(&base, &[]));
+    let again = merge_ok(&lake, &job, &ch);
+    assert_eq!(
+        actions(&again),
+        vec![("(table)".into(), "unchanged".into())]
+    );
+    assert_eq!(readers(&["delta-log", dir])["version"], 1);
+}

@@ -46,7 +46,7 @@ pub fn changes(lake: &Lake, name: &str, updates: &[u64], new: &[u64], moved_to: 
 
 /// The unpartitioned dimension sorted by key, 100 rows per file: file N holds ids
 /// 100N+1..100N+100.
-fn clustered_job() -> String {
+pub fn clustered_job() -> String {
     job("")
         .replace("from changes\"", "from changes order by customer_id\"")
         .replace(
@@ -55,7 +55,7 @@ fn clustered_job() -> String {
         )
 }
 
-fn merge(lake: &Lake, job: &str, src: &str) -> std::process::Output {
+pub fn merge(lake: &Lake, job: &str, src: &str) -> std::process::Output {
     idem_in(
         lake.path(),
         &["run", job, "--date", "2026-06-01", "--json"],
@@ -63,7 +63,7 @@ fn merge(lake: &Lake, job: &str, src: &str) -> std::process::Output {
     )
 }
 
-fn merge_ok(lake: &Lake, job: &str, src: &str) -> Vec<serde_json::Value> {
+pub fn merge_ok(lake: &Lake, job: &str, src: &str) -> Vec<serde_json::Value> {
     let out = merge(lake, job, src);
     assert!(
         out.status.success(),
