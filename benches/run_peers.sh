@@ -19,4 +19,6 @@ trap 'rm -rf "$PEERS"' EXIT
 for d in "$BENCH"/peers/*; do ln -s "$d" "$PEERS/"; done
 ln -s "$ROOT/benches/peers/idem" "$PEERS/idem"
 ln -s "$ROOT/benches/peers/idem-write" "$PEERS/idem-write"
+ln -s "$ROOT/benches/peers/idem-delta" "$PEERS/idem-delta"
+ln -s "$ROOT/benches/peers/idem-delta-write" "$PEERS/idem-delta-write"
 IDEM_BIN="$ROOT/target/release/idem" "$VENV/bin/python" "$BENCH/run_peers.py" --peers "$PEERS" "$@"

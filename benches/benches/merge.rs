@@ -59,6 +59,7 @@ fn merge(c: &mut Criterion) {
         vars: Vec::new(),
         skip_fresh: false,
         cluster: None,
+        ..Default::default()
     };
     let go = |j: &Job| rt.block_on(run(j, &opts, Arc::new(Quiet))).unwrap();
 

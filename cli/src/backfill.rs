@@ -46,6 +46,15 @@ pub struct BackfillArgs {
     /// inputs that have not changed since.
     #[arg(long)]
     skip_fresh: bool,
+    /// Publish every partition the runs compute, even those equal to the live ones
+    /// (to apply changed writer settings such as compression or file size).
+    #[arg(long)]
+    rewrite: bool,
+    /// A Delta table's job: commit every date's partitions in one Delta commit after
+    /// the last date, so readers see the whole range change at once; when a date
+    /// fails, nothing is committed.
+    #[arg(long, conflicts_with_all = ["index", "shard", "cascade"])]
+    atomic: bool,
     /// Run each date's plan on a Ballista cluster: `df://HOST:PORT` or `standalone`.
     /// Overrides the jobs' `[execution] cluster`.
     #[arg(long, value_name = "df://HOST:PORT")]
@@ -164,6 +173,30 @@ pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let jobs = load(&args.job)?;
+    if args.atomic {
+        let refuse = |message: &str| idem_engine::Error::JobInvalid {
+            path: args.job.clone(),
+            message: message.into(),
+        };
+        if args.job.is_dir() {
+            return Err(refuse(
+                "--atomic commits one job's range as one snapshot: pass a job file, not a \
+                 project folder",
+            )
+            .into());
+        }
+        if jobs
+            .jobs
+            .iter()
+            .any(|j| j.target.format != idem_io::table::Format::Delta)
+        {
+            return Err(refuse(
+                "--atomic needs a Delta table (format = \"delta\" in [target]): a Parquet \
+                 table publishes each partition by itself",
+            )
+            .into());
+        }
+    }
     let pick = match (&args.index, &args.shard) {
         (Some(i), _) => Some(Pick::index(i)?),
         (None, Some(s)) => Some(Pick::shard(s)?),
@@ -396,6 +429,8 @@ fn backfill_job(
         skip_fresh,
         cluster: crate::cluster::parse(args.cluster.as_deref())?,
         stop: Arc::clone(&flags.stop),
+        rewrite: args.rewrite,
+        atomic: args.atomic,
     };
     let json = args.json;
     let progress =

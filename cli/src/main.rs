@@ -86,6 +86,10 @@ struct RunArgs {
     /// `[execution] cluster`.
     #[arg(long, value_name = "df://HOST:PORT")]
     cluster: Option<String>,
+    /// Publish every partition the run computes, even those whose rows equal the live
+    /// ones (to apply changed writer settings such as compression or file size).
+    #[arg(long)]
+    rewrite: bool,
 }
 
 #[derive(Args, Debug)]
@@ -216,6 +220,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 vars: parse_vars(&args.vars)?,
                 skip_fresh: false,
                 cluster: cluster::parse(args.cluster.as_deref())?,
+                rewrite: args.rewrite,
+                commit_with: None,
             };
             let progress = render::Progress::new(!args.json && std::io::stderr().is_terminal());
             let report = runtime()?.block_on(idem_engine::run::run(
@@ -237,6 +243,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 vars: parse_vars(&args.vars)?,
                 skip_fresh: false,
                 cluster: cluster::parse(args.cluster.as_deref())?,
+                ..Default::default()
             };
             let report = runtime()?.block_on(idem_engine::verify::verify(&job, &opts))?;
             if args.json {

@@ -256,6 +256,28 @@ impl BackfillProgress {
                 error,
                 ..
             } => format!("{logical_date}  FAILED: {error}"),
+            Event::Committed { version, .. } => {
+                let line = match version {
+                    Some(v) => format!("committed the range as one commit: version {v}"),
+                    None => "nothing to commit".to_string(),
+                };
+                match &self.bar {
+                    Some(bar) => bar.println(line),
+                    None => println!("{line}"),
+                }
+                return;
+            }
+            Event::Abandoned { failed, .. } => {
+                let line = format!(
+                    "{failed} dates failed: nothing of the range was committed; the table is \
+                     as it was"
+                );
+                match &self.bar {
+                    Some(bar) => bar.println(line),
+                    None => println!("{line}"),
+                }
+                return;
+            }
         };
         match &self.bar {
             Some(bar) => {

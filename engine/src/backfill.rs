@@ -27,6 +27,11 @@ pub struct BackfillOptions {
     pub cluster: Option<crate::cluster::Cluster>,
     /// Set (by a Ctrl-C handler, say) to start no further dates; running ones finish.
     pub stop: Arc<std::sync::atomic::AtomicBool>,
+    /// `--rewrite`: every run publishes what it computes, even when unchanged.
+    pub rewrite: bool,
+    /// `--atomic` (Delta tables): every date's partitions are committed together, in
+    /// one commit after the last date, or, when any date fails, not at all.
+    pub atomic: bool,
 }
 
 /// What a backfill reports as it goes (the CLI prints these as JSON lines).
@@ -52,6 +57,12 @@ pub enum Event {
         exit_code: u8,
         ms: u64,
     },
+    /// `--atomic`: every date's partitions became visible in one commit; the table's
+    /// version after it.
+    Committed { version: Option<i64>, ms: u64 },
+    /// `--atomic`: a date failed (or the range was interrupted), so nothing of the
+    /// range was committed; the table is as it was.
+    Abandoned { failed: usize, ms: u64 },
 }
 
 pub struct Outcome {
@@ -69,6 +80,13 @@ pub async fn backfill(
     let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let stop = Arc::clone(&opts.stop);
     let concurrency = opts.concurrency.max(1);
+    let batch = opts.atomic.then(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        format!("backfill-{}-{nanos}", std::process::id())
+    });
     let tasks = opts.dates.iter().cloned().map(|date| {
         let job = job.clone();
         let run_opts = RunOptions {
@@ -76,6 +94,8 @@ pub async fn backfill(
             vars: opts.vars.clone(),
             skip_fresh: opts.skip_fresh,
             cluster: opts.cluster.clone(),
+            rewrite: opts.rewrite,
+            commit_with: batch.clone(),
         };
         let on_event = Arc::clone(&on_event);
         let running = Arc::clone(&running);
@@ -120,9 +140,51 @@ pub async fn backfill(
             Some(Outcome { date, result })
         }
     });
-    futures::stream::iter(tasks)
+    let mut outcomes: Vec<Outcome> = futures::stream::iter(tasks)
         .buffer_unordered(concurrency)
         .filter_map(|o| async move { o })
         .collect()
-        .await
+        .await;
+    if let Some(batch) = batch {
+        let failed = outcomes.iter().filter(|o| o.result.is_err()).count()
+            + (opts.dates.len() - outcomes.len());
+        let (job2, batch2) = (job.clone(), batch.clone());
+        let committed = crate::blocking(move || commit_batch(&job2, &batch2, failed == 0)).await;
+        let ms = started.elapsed().as_millis() as u64;
+        match committed {
+            Ok(Some(version)) => on_event(Event::Committed { version, ms }),
+            Ok(None) => on_event(Event::Abandoned { failed, ms }),
+            Err(e) => {
+                on_event(Event::Failed {
+                    logical_date: "(commit)".into(),
+                    error: e.to_string(),
+                    bad_input: e.is_bad_input(),
+                    exit_code: e.exit_code(),
+                    ms,
+                });
+                outcomes.push(Outcome {
+                    date: "(commit)".into(),
+                    result: Err(e),
+                });
+            }
+        }
+    }
+    outcomes
+}
+
+/// Commits an `--atomic` backfill's pending partitions in one commit when `all_ok`,
+/// else forgets them; `Ok(None)` when forgotten.
+fn commit_batch(job: &Job, batch: &str, all_ok: bool) -> Result<Option<Option<i64>>, Error> {
+    let table = crate::table::open(job)?;
+    if !all_ok {
+        table.drop_pending(batch);
+        return Ok(None);
+    }
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
+    };
+    let fence = table.lock_publish().map_err(storage)?;
+    let version = table.finish_publish(batch, &fence).map_err(storage)?;
+    Ok(Some(version))
 }

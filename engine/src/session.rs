@@ -135,10 +135,12 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
             // apply finished and removed the staged copy read from, or a newer commit
             // replaced the partition).
             let mut attempt = 0;
-            while let Some(committed) = committed_partitions(s)
-                .await
-                .map_err(|e| failed(e.to_string(), crate::error::unreachable_cause(&e)))?
-            {
+            while let Some(committed) = committed_partitions(s).await.map_err(|e| {
+                failed(
+                    format!("cannot read the files under {}: {e}", s.path),
+                    crate::error::unreachable_cause(&e),
+                )
+            })? {
                 let recorded = ReadFiles::count(ctx);
                 match committed_frame(ctx, &committed, s).await {
                     Ok(frame) => return register_provider(ctx, job, s, frame.into_view()).await,
@@ -154,7 +156,31 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
                     }
                 }
             }
+            refuse_foreign_delta(s).await.map_err(err)?;
         }
+    } else if s.format == Format::Parquet
+        && !is_glob
+        && std::path::Path::new(&s.path).join("_delta_log").is_dir()
+    {
+        // A Delta table on disk is read at its latest version, through its log: a
+        // listing would also read the files its commits removed.
+        let Some(committed) = committed_partitions(s)
+            .await
+            .map_err(|e| failed(e.to_string(), crate::error::unreachable_cause(&e)))?
+        else {
+            return Err(err(refuse_foreign_delta(s).await.err().unwrap_or_else(
+                || format!("{} is not readable as a Delta table", s.path),
+            )));
+        };
+        let frame = committed_frame(ctx, &committed, s)
+            .await
+            .map_err(|(e, unreachable)| {
+                failed(
+                    format!("reading the Delta table {}: {e}", s.path),
+                    unreachable,
+                )
+            })?;
+        return register_provider(ctx, job, s, frame.into_view()).await;
     } else if !is_glob && !std::path::Path::new(&s.path).exists() {
         return Err(err(format!(
             "path {} does not exist",
@@ -286,12 +312,30 @@ async fn committed_partitions(
 ) -> idem_io::Result<Option<Vec<idem_io::commit::CommittedPartition>>> {
     let (path, storage) = (s.path.clone(), s.storage.clone());
     crate::blocking(move || {
-        let Ok(table) = idem_io::table::open(&path, &storage) else {
-            return Ok(None);
+        let table = match idem_io::table::open(&path, &storage) {
+            Ok(t) => t,
+            // The store failed to answer whether a table is there: a retry may read it.
+            Err(e @ idem_io::Error::ObjectStore { .. }) => return Err(e),
+            Err(_) => return Ok(None),
         };
         table.committed()
     })
     .await
+}
+
+/// Refuses a source that is a Delta table idem cannot read through its log (one with
+/// partitions another tool wrote): a listing would read the files its commits removed.
+async fn refuse_foreign_delta(s: &Source) -> std::result::Result<(), String> {
+    let (path, storage) = (s.path.clone(), s.storage.clone());
+    let delta = crate::blocking(move || idem_io::table::is_delta(&path, &storage)).await;
+    if delta {
+        return Err(format!(
+            "{} is a Delta table with partitions another tool wrote; idem reads Delta \
+             tables it wrote (through their log), not others yet",
+            s.path.trim_end_matches('/')
+        ));
+    }
+    Ok(())
 }
 
 /// Whether a file of `committed` is gone from the store now.

@@ -93,6 +93,7 @@ impl Project {
                 vars: vars.to_vec(),
                 skip_fresh: true,
                 cluster: None,
+                ..Default::default()
             };
             let needed = u.after.iter().any(|i| kept.contains(i))
                 || fresh_partitions(self.job(&u.job), &opts)?.is_none();

@@ -72,6 +72,13 @@ pub fn open_as(
     }
 }
 
+/// Whether `location` holds a Delta table (it has a Delta log).
+pub fn is_delta(location: &str, opts: &StorageOptions) -> bool {
+    delta_lake(location, opts)
+        .and_then(|d| d.exists())
+        .unwrap_or(false)
+}
+
 /// `idem vacuum`: deletes the files of the Delta table at `location` that no version
 /// within `retain` references (see [`DeltaLake::vacuum`]).
 pub fn vacuum(

@@ -8,6 +8,10 @@
                                     package, Polars and DuckDB's delta extension; fails
                                     unless they agree
     readers.py delta-log DIR        the Delta table's version and history (deltalake)
+    readers.py delta-overwrite DIR COLUMN VALUE
+                                    another writer (deltalake's write_deltalake)
+                                    overwrites the rows where COLUMN = VALUE with
+                                    themselves, as a Spark `replaceWhere` would
     readers.py files DIR            the data files each engine reads from DIR
     readers.py put ENDPOINT DIR URL uploads DIR's files under URL (creating the bucket)
     readers.py get ENDPOINT URL DIR downloads what a plain lister sees under URL
@@ -113,6 +117,23 @@ def delta_log(d):
         "history": t.history(),
         "files": sorted(t.file_uris()),
     }
+
+
+def delta_overwrite(d, column, value):
+    import deltalake
+    import pyarrow.compute as pc
+
+    t = deltalake.DeltaTable(d)
+    data = t.to_pyarrow_table()
+    rows = data.filter(pc.equal(pc.cast(data[column], "string"), value))
+    deltalake.write_deltalake(
+        d,
+        rows,
+        mode="overwrite",
+        predicate=f"{column} = '{value}'",
+        partition_by=t.metadata().partition_columns,
+    )
+    return deltalake.DeltaTable(d).version()
 
 
 def files(d):
@@ -333,6 +354,8 @@ def main():
                 print(f"{name}: {len(rows)} rows, first {rows[:3]}", file=sys.stderr)
             sys.exit("Delta readers disagree")
         print(json.dumps(first))
+    elif cmd == "delta-overwrite":
+        print(json.dumps(delta_overwrite(arg.rstrip("/"), sys.argv[3], sys.argv[4])))
     elif cmd == "delta-log":
         print(json.dumps(delta_log(arg.rstrip("/")), default=str))
     elif cmd == "duckdb":

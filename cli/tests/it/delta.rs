@@ -526,3 +526,218 @@ fn a_merge_commits_copy_on_write() {
     );
     assert_eq!(readers(&["delta-log", dir])["version"], 1);
 }
+
+/// A job reading a Delta table idem wrote reads its latest version through the log,
+/// not the files a listing finds (which include those its commits removed).
+#[test]
+fn a_downstream_job_reads_a_delta_table_at_its_latest_version() {
+    let t = Table::delta(Backend::Local, "delta-source");
+    t.run_ok(&t.job);
+    t.switch_to_b(Some("2026-06-03"));
+    t.run_ok(&t.job);
+    assert_eq!(
+        parquet_files(&t, "crashy").len(),
+        8,
+        "the removed file is still there"
+    );
+    let down = t.lake.job(
+        "down",
+        r#"
+name = "down"
+[sources.f]
+path = "out/crashy/"
+partitioned_by = [{ name = "dt", type = "date" }]
+[transform]
+sql = "select order_id, customer_id, amount_usd, status, dt from f"
+[target]
+path = "out/down"
+partition_by = ["dt"]
+grain = "month"
+"#,
+    );
+    t.ok(&["run", &down, "--date", "2026-06", "--json"]);
+    let out = t.lake.join("out/down");
+    assert_eq!(readers(&["table", out.to_str().unwrap()]), oracle(&t, None));
+}
+
+/// `backfill --atomic`: the range's partitions appear in one commit; when one date
+/// fails, nothing of the range is committed and the table reads as before.
+fn an_atomic_backfill_is_one_commit_or_none(backend: Backend) {
+    let t = Table::delta(backend, "delta-atomic");
+    let days = ["2026-06-01", "2026-06-02", "2026-06-03", "2026-06-04"];
+    let backfill = || {
+        t.idem(
+            &[
+                "backfill",
+                &t.daily_job,
+                "--from",
+                days[0],
+                "--to",
+                days[3],
+                "--atomic",
+                "--json",
+            ],
+            &[],
+        )
+    };
+    let out = backfill();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_lines(&out);
+    let committed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "committed")
+        .collect();
+    assert_eq!(committed.len(), 1, "{events:?}");
+    assert_eq!(committed[0]["version"], 0);
+    assert_eq!(
+        commits(&t, "daily").len(),
+        1,
+        "{backend:?}: one commit for the range"
+    );
+    let a_rows = oracle(&t, Some(&days));
+    assert_eq!(delta_rows(&t, "daily", None), a_rows);
+    let commit = &delta_log(&t, "daily")["history"][0];
+    assert_eq!(
+        commit["idem"]["logicalDates"].as_array().unwrap().len(),
+        4,
+        "{commit}"
+    );
+
+    // Every day changes at the source, but one date cannot be read: nothing lands.
+    t.switch_to_b(None);
+    let bad = t
+        .lake
+        .join("testdata/lake/raw/orders/created_date=2026-06-02");
+    for f in std::fs::read_dir(&bad).unwrap() {
+        std::fs::write(f.unwrap().path(), b"not parquet").unwrap();
+    }
+    let out = backfill();
+    assert!(!out.status.success());
+    let events = json_lines(&out);
+    assert!(
+        events.iter().any(|e| e["event"] == "abandoned"),
+        "{events:?}"
+    );
+    assert_eq!(commits(&t, "daily").len(), 1, "{backend:?}");
+    assert_eq!(delta_rows(&t, "daily", None), a_rows, "{backend:?}");
+}
+
+#[test]
+fn an_atomic_backfill_local() {
+    an_atomic_backfill_is_one_commit_or_none(Backend::Local);
+}
+
+#[test]
+fn an_atomic_backfill_s3() {
+    an_atomic_backfill_is_one_commit_or_none(Backend::S3);
+}
+
+#[test]
+fn atomic_is_refused_for_a_parquet_table() {
+    let t = Table::new(Backend::Local, "parquet-atomic");
+    let out = t.idem(
+        &[
+            "backfill",
+            &t.daily_job,
+            "--from",
+            "2026-06-01",
+            "--to",
+            "2026-06-02",
+            "--atomic",
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--atomic needs a Delta table"), "{err}");
+}
+
+/// `--rewrite` publishes a partition equal to the live one (a new commit with new
+/// files and the same rows); without it the same run is unchanged.
+#[test]
+fn rewrite_commits_the_same_rows_again() {
+    let t = Table::delta(Backend::Local, "delta-rewrite");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            t.daily_job.as_str(),
+            "--date",
+            "2026-06-02",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        t.ok(&args)
+    };
+    run(&[]);
+    let before = delta_log(&t, "daily");
+    let rewritten = run(&["--rewrite"]);
+    assert_eq!(
+        actions(&rewritten),
+        vec![("dt=2026-06-02".into(), "written".into())]
+    );
+    let after = delta_log(&t, "daily");
+    assert_eq!(after["version"], 1);
+    assert_ne!(after["files"], before["files"]);
+    assert_eq!(
+        delta_rows(&t, "daily", None),
+        oracle(&t, Some(&["2026-06-02"]))
+    );
+    let plain = run(&[]);
+    assert_eq!(
+        actions(&plain),
+        vec![("dt=2026-06-02".into(), "unchanged".into())]
+    );
+    assert_eq!(delta_log(&t, "daily")["version"], 1);
+}
+
+/// Another writer (delta-rs, as Spark would) overwrites a day of an idem Delta table:
+/// `idem log` shows the commit, idem's next run of that day finds the partition not
+/// its own and replaces it, and the rows stay the oracle's.
+#[test]
+fn a_foreign_overwrite_is_logged_and_replaced() {
+    let t = Table::delta(Backend::Local, "delta-foreign");
+    t.run_ok(&t.job);
+    let dir = t.target("crashy");
+    let version = readers(&["delta-overwrite", &dir, "dt", "2026-06-03"]);
+    assert_eq!(version, 1);
+    assert_eq!(delta_rows(&t, "crashy", None), oracle(&t, None));
+    let log = t.ok(&["log", &dir, "--json"]);
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert!(
+        log[0]["partition"]
+            .as_str()
+            .unwrap()
+            .starts_with("dt = '2026-06-03'"),
+        "{log:?}"
+    );
+    assert!(log[0]["job"].as_str().unwrap().contains("WRITE"), "{log:?}");
+    assert!(
+        log[0]["run_id"].as_str().unwrap().ends_with("-delta-v1"),
+        "{log:?}"
+    );
+    let status = t.status_any("crashy");
+    let foreign: Vec<&Value> = status["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["state"] != "managed")
+        .collect();
+    assert_eq!(foreign.len(), 1, "{status}");
+    let again = t.run_ok(&t.job);
+    let written: Vec<_> = actions(&again)
+        .into_iter()
+        .filter(|(_, a)| a != "unchanged")
+        .collect();
+    assert_eq!(written, vec![("dt=2026-06-03".into(), "written".into())]);
+    assert_eq!(version_of(&t), 2);
+    assert_eq!(delta_rows(&t, "crashy", None), oracle(&t, None));
+    assert_eq!(t.digests(), t.reference());
+}
+
+fn version_of(t: &Table) -> u64 {
+    version(t, "crashy")
+}

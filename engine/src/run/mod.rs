@@ -36,7 +36,7 @@ use crate::window::Window;
 use explain::{dedupe_tie, explain, read_files_still_there};
 use lifecycle::{Held, begin_run, end_run};
 use plan::delete_scope;
-use publish::{owned_partitions, publish_all};
+use publish::{Publishing, owned_partitions, publish_all};
 use stage::{Kept, finalize, stage};
 use unchanged::{confirm_unchanged, may_confirm_unchanged};
 
@@ -67,6 +67,7 @@ pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> R
         });
     }
     if may_confirm_unchanged(job)
+        && !opts.rewrite
         && job.execution.cluster.is_none()
         && let Some(fresh) = fresh
     {
@@ -154,6 +155,8 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         df,
         output,
         time,
+        rewrite,
+        commit_with,
     } = planned;
     let storage = |source| Error::Storage {
         target: job.target.path.clone(),
@@ -351,6 +354,10 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                 ownership,
                 warnings,
                 observer2.as_ref(),
+                &Publishing {
+                    rewrite,
+                    commit_with,
+                },
             );
             (published, guards)
         })

@@ -25,6 +25,10 @@ pub struct Planned {
     pub(super) df: DataFrame,
     pub(super) output: SchemaRef,
     pub(super) time: Option<TimeColumn>,
+    /// `--rewrite`: publish partitions equal to the live ones too.
+    pub(super) rewrite: bool,
+    /// The pending commit the run's partitions join instead of committing.
+    pub(super) commit_with: Option<String>,
 }
 
 impl Planned {
@@ -112,6 +116,8 @@ pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
         df,
         output,
         time,
+        rewrite: opts.rewrite,
+        commit_with: opts.commit_with.clone(),
     })
 }
 

@@ -17,6 +17,14 @@ use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::window::{Window, interval_of, window_values};
 
+/// How a run publishes, beyond its partitions.
+pub(super) struct Publishing {
+    /// Publish partitions equal to the live ones too.
+    pub rewrite: bool,
+    /// Leave the partitions in this pending commit of the table, not committed.
+    pub commit_with: Option<String>,
+}
+
 /// Publishes checked partitions: each is compared with the live one by digest and
 /// schema and left alone when equal, else swapped in atomically.
 pub(super) fn publish_all(
@@ -26,6 +34,7 @@ pub(super) fn publish_all(
     ownership: Option<(Window, Option<TimeColumn>)>,
     mut warnings: Vec<String>,
     observer: &dyn Observer,
+    how: &Publishing,
 ) -> Result<(Vec<PartitionReport>, Vec<String>)> {
     let storage = |source| Error::Storage {
         target: job.target.path.clone(),
@@ -64,12 +73,13 @@ pub(super) fn publish_all(
     for part in checked {
         let written = part.partition();
         let live = table.live_state(written.partition()).map_err(storage)?;
-        let unchanged = matches!(
-            &live,
-            Some(LiveState::Managed(m))
-                if m.digest == written.manifest().digest
-                    && m.schema_fingerprint == written.manifest().schema_fingerprint
-        );
+        let unchanged = !how.rewrite
+            && matches!(
+                &live,
+                Some(LiveState::Managed(m))
+                    if m.digest == written.manifest().digest
+                        && m.schema_fingerprint == written.manifest().schema_fingerprint
+            );
         // A partition that had rows and now gets different ones is a restatement.
         let restated = match live.as_ref().and_then(LiveState::manifest) {
             Some(m)
@@ -162,8 +172,12 @@ pub(super) fn publish_all(
     }
     // Where the table commits a run's partitions together (Delta), this is the atomic
     // point of the whole run.
-    if let Some(run_id) = run_id {
-        table.finish_publish(&run_id, &fence).map_err(storage)?;
+    match (run_id, &how.commit_with) {
+        (Some(run_id), None) => {
+            table.finish_publish(&run_id, &fence).map_err(storage)?;
+        }
+        (Some(run_id), Some(batch)) => table.defer_publish(&run_id, batch).map_err(storage)?,
+        (None, _) => {}
     }
     Ok((reports, warnings))
 }

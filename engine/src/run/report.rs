@@ -18,6 +18,13 @@ pub struct RunOptions {
     pub skip_fresh: bool,
     /// Run the plan on this cluster, over the job's `[execution] cluster`.
     pub cluster: Option<crate::cluster::Cluster>,
+    /// Publish every partition the run computes, even one equal to the live one (to
+    /// apply new writer settings: compression, file and row-group sizes).
+    pub rewrite: bool,
+    /// Leave the run's partitions in this pending commit of the table instead of
+    /// committing them (a Delta table's backfill made one snapshot; see
+    /// [`crate::backfill::BackfillOptions::atomic`]).
+    pub commit_with: Option<String>,
 }
 
 impl RunOptions {

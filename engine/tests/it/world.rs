@@ -213,6 +213,8 @@ file_size = "1 KiB"
             skip_fresh: false,
             cluster: None,
             stop: Default::default(),
+            rewrite: false,
+            atomic: false,
         };
         let outcomes = Self::runtime().block_on(idem_engine::backfill::backfill(
             job,

@@ -224,6 +224,22 @@ pub trait CommitBackend: Send + Sync {
         let _ = (run_id, fence);
         Ok(None)
     }
+    /// Moves what `publish` published for run `run_id` into the pending commit
+    /// `batch`, which [`CommitBackend::finish_publish`] of `batch` commits with the
+    /// other runs' partitions (Delta: a backfill as one snapshot). Only a table that
+    /// commits runs together can.
+    fn defer_publish(&self, run_id: &str, batch: &str) -> Result<()> {
+        let _ = (run_id, batch);
+        Err(crate::error::Error::Delta {
+            table: self.location(),
+            message: "only a Delta table commits several runs together".into(),
+        })
+    }
+    /// Forgets the pending commit `id` (its runs failed): nothing of it becomes
+    /// visible; files it moved into the table are orphans for vacuum.
+    fn drop_pending(&self, id: &str) {
+        let _ = id;
+    }
     /// Removes a staged partition that will not be published.
     fn discard(&self, part: WrittenPartition) -> Result<()>;
     /// Removes what a run staged (after publishing, or after it failed).

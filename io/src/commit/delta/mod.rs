@@ -90,8 +90,18 @@ pub struct DeltaLake {
     store: Arc<dyn ObjectStore>,
     /// The latest snapshot read, updated from the log on every use.
     table: Mutex<Option<DeltaTable>>,
-    /// What each run has published and not committed yet.
-    pending: Mutex<HashMap<String, Vec<PendingPartition>>>,
+}
+
+/// What each run (or batch of runs) has published and not committed yet, by table
+/// URL and run or batch id: process-wide, as every run opens its own [`DeltaLake`].
+type Pending = HashMap<(String, String), Vec<PendingPartition>>;
+
+fn pending() -> std::sync::MutexGuard<'static, Pending> {
+    static PENDING: std::sync::OnceLock<Mutex<Pending>> = std::sync::OnceLock::new();
+    PENDING
+        .get_or_init(Default::default)
+        .lock()
+        .expect("not poisoned")
 }
 
 impl std::fmt::Debug for DeltaLake {
@@ -206,8 +216,12 @@ impl DeltaLake {
             log_store,
             store,
             table: Mutex::new(None),
-            pending: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The key of run or batch `id`'s pending partitions of this table.
+    fn key(&self, id: &str) -> (String, String) {
+        (self.url.to_string(), id.to_string())
     }
 
     fn inner(&self) -> &dyn CommitBackend {
@@ -226,10 +240,23 @@ impl DeltaLake {
         }
     }
 
-    /// Whether a Delta log exists at the table.
+    /// Whether a Delta log exists at the table: a commit or a checkpoint in
+    /// `_delta_log/`.
     pub fn exists(&self) -> Result<bool> {
-        crate::store::block(self.log_store.is_delta_table_location())
-            .map_err(self.delta_err("reading the log"))
+        let log = ObjectPath::from("_delta_log");
+        let listed = match crate::store::block(self.store.list_with_delimiter(Some(&log))) {
+            Ok(l) => l,
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(self.store_err("list", "_delta_log/", e)),
+        };
+        Ok(listed.objects.iter().any(|o| {
+            o.location.filename().is_some_and(|n| {
+                let version = n.split('.').next().unwrap_or_default();
+                version.len() == 20
+                    && version.bytes().all(|b| b.is_ascii_digit())
+                    && (n.ends_with(".json") || n.contains(".checkpoint"))
+            })
+        }))
     }
 
     /// The latest snapshot, or `None` when there is no table yet.
@@ -307,6 +334,76 @@ impl DeltaLake {
         let mut files = metrics.files_deleted;
         files.sort();
         Ok(files)
+    }
+
+    /// The commits of other writers that changed rows (an overwrite, delete, update,
+    /// merge or restore), as restatement events: the partition is the commit's
+    /// predicate (or `(table)`), the job its engine and operation, the run id its time
+    /// and version. idem's own commits are logged by idem with their digests.
+    fn foreign_changes(&self) -> Result<Vec<Restatement>> {
+        use futures::TryStreamExt as _;
+        if !self.exists()? {
+            return Ok(Vec::new());
+        }
+        let mut table = DeltaTable::new(self.log_store.clone());
+        crate::store::block(table.load()).map_err(self.delta_err("reading the log"))?;
+        let latest = table.version().unwrap_or_default();
+        let history: Vec<deltalake_core::kernel::CommitInfo> =
+            crate::store::block(table.history(None).try_collect())
+                .map_err(self.delta_err("reading the history"))?;
+        let mut out = Vec::new();
+        // Newest first, one per version.
+        for (i, c) in history.iter().enumerate() {
+            let version = latest.saturating_sub(i as u64);
+            let engine = c.engine_info.clone().unwrap_or_default();
+            if c.info.contains_key("idem") {
+                continue;
+            }
+            let op = c.operation.clone().unwrap_or_default();
+            let params = c.operation_parameters.clone().unwrap_or_default();
+            let text = |k: &str| params.get(k).and_then(|v| v.as_str()).map(str::to_string);
+            let changes_rows = match op.as_str() {
+                "WRITE" | "CREATE OR REPLACE TABLE" => text("mode").as_deref() == Some("Overwrite"),
+                "DELETE" | "UPDATE" | "MERGE" | "RESTORE" => true,
+                _ => false,
+            };
+            if !changes_rows || version == 0 {
+                continue;
+            }
+            let metric = |k: &str| {
+                c.info
+                    .get("operationMetrics")
+                    .and_then(|m| m.get(k))
+                    .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
+            };
+            let when = c
+                .timestamp
+                .and_then(chrono::DateTime::from_timestamp_millis)
+                .map(|t| t.format("%Y%m%dT%H%M%S%.3fZ").to_string())
+                .unwrap_or_default();
+            out.push(Restatement {
+                partition: text("predicate").unwrap_or_else(|| "(table)".into()),
+                old_digest: String::new(),
+                new_digest: String::new(),
+                old_rows: 0,
+                new_rows: metric("num_added_rows")
+                    .or_else(|| metric("numOutputRows"))
+                    .unwrap_or_default(),
+                job: format!(
+                    "{} {op}",
+                    if engine.is_empty() {
+                        "another writer"
+                    } else {
+                        &engine
+                    }
+                ),
+                job_fingerprint: String::new(),
+                logical_date: String::new(),
+                run_id: format!("{when}-delta-v{version}"),
+                replaced_run_id: String::new(),
+            });
+        }
+        Ok(out)
     }
 
     /// Reads the manifest of each of `files`' footers: the newest generation, when it
@@ -503,11 +600,22 @@ impl DeltaLake {
 
     /// Commits the run's pending partitions as one Delta commit; returns the version.
     fn commit(&self, run_id: &str, parts: Vec<PendingPartition>) -> Result<Option<i64>> {
-        let mut parts = parts;
-        for _ in 0..REPLANS {
+        // Several runs of one commit may have computed one partition (a lookback):
+        // the one published last wins, as it would have committed last.
+        let mut parts: Vec<PendingPartition> = {
+            let mut last: BTreeMap<PartitionPath, PendingPartition> = BTreeMap::new();
+            for p in parts {
+                last.insert(p.partition.clone(), p);
+            }
+            last.into_values().collect()
+        };
+        for attempt in 0..REPLANS {
             let live = self.live()?;
-            // Planned on the snapshot read now: a partition already holding this run's
-            // rows is dropped; the others replace whatever is live.
+            // Planned on the snapshot read now. The first time, the run decided what to
+            // publish under the fence; after losing to another commit, a partition
+            // already holding this run's rows is dropped and the others replace
+            // whatever is live now.
+            let replan = attempt > 0;
             let now = chrono::Utc::now().timestamp_millis();
             let mut actions: Vec<Action> = Vec::new();
             let mut keep: Vec<PendingPartition> = Vec::new();
@@ -522,17 +630,18 @@ impl DeltaLake {
                     .all(|a| live_files.iter().any(|f| encode_path(&f.path) == a.path))
                     && !p.adds.is_empty()
                     && live_files.len() == p.adds.len() + p.kept.len();
-                if ours {
+                if replan && ours {
                     // An earlier attempt of this very commit landed (a lost answer).
                     continue;
                 }
-                let same_rows = match self.manifest_of(&live_files)? {
-                    Some(m) => {
-                        m.digest == p.manifest.digest
-                            && m.schema_fingerprint == p.manifest.schema_fingerprint
-                    }
-                    None => live_files.is_empty() && p.manifest.rows == 0,
-                };
+                let same_rows = replan
+                    && match self.manifest_of(&live_files)? {
+                        Some(m) => {
+                            m.digest == p.manifest.digest
+                                && m.schema_fingerprint == p.manifest.schema_fingerprint
+                        }
+                        None => live_files.is_empty() && p.manifest.rows == 0,
+                    };
                 if same_rows && !live_files.is_empty() {
                     continue;
                 }
@@ -694,12 +803,9 @@ fn commit_info(run_id: &str, parts: &[PendingPartition]) -> HashMap<String, serd
         .collect();
     let mut info = HashMap::new();
     info.insert(
-        "engineInfo".into(),
-        serde_json::json!(format!("idem/{}", env!("CARGO_PKG_VERSION"))),
-    );
-    info.insert(
         "idem".into(),
         serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
             "job": run.map(|r| r.job.clone()).unwrap_or_default(),
             "jobFingerprint": run.map(|r| r.job_fingerprint.clone()).unwrap_or_default(),
             "logicalDates": dates,
@@ -760,8 +866,8 @@ impl CommitBackend for DeltaLake {
 
     fn append_log(&self, event: &Restatement) -> Result<()> {
         // Logged when the run's commit lands (see `finish_publish`).
-        let mut pending = self.pending.lock().expect("not poisoned");
-        if let Some(p) = pending.get_mut(&event.run_id).and_then(|parts| {
+        let mut pending = pending();
+        if let Some(p) = pending.get_mut(&self.key(&event.run_id)).and_then(|parts| {
             parts
                 .iter_mut()
                 .find(|p| p.partition.to_string() == event.partition)
@@ -774,7 +880,10 @@ impl CommitBackend for DeltaLake {
     }
 
     fn log(&self) -> Result<Vec<Restatement>> {
-        self.inner().log()
+        let mut events = self.inner().log()?;
+        events.extend(self.foreign_changes()?);
+        events.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        Ok(events)
     }
 
     fn keeps_files(&self) -> bool {
@@ -1003,10 +1112,8 @@ impl CommitBackend for DeltaLake {
                 mode: PublishMode::AlreadyLive,
             });
         }
-        self.pending
-            .lock()
-            .expect("not poisoned")
-            .entry(written.manifest.run.run_id.clone())
+        pending()
+            .entry(self.key(&written.manifest.run.run_id))
             .or_default()
             .push(PendingPartition {
                 partition: written.partition.clone(),
@@ -1024,16 +1131,22 @@ impl CommitBackend for DeltaLake {
     }
 
     fn finish_publish(&self, run_id: &str, _fence: &PublishGuard) -> Result<Option<i64>> {
-        let parts = self
-            .pending
-            .lock()
-            .expect("not poisoned")
-            .remove(run_id)
-            .unwrap_or_default();
+        let parts = pending().remove(&self.key(run_id)).unwrap_or_default();
         if parts.is_empty() {
             return self.version();
         }
         self.commit(run_id, parts)
+    }
+
+    fn defer_publish(&self, run_id: &str, batch: &str) -> Result<()> {
+        let mut pending = pending();
+        let parts = pending.remove(&self.key(run_id)).unwrap_or_default();
+        pending.entry(self.key(batch)).or_default().extend(parts);
+        Ok(())
+    }
+
+    fn drop_pending(&self, id: &str) {
+        pending().remove(&self.key(id));
     }
 
     fn discard(&self, part: WrittenPartition) -> Result<()> {
@@ -1041,7 +1154,7 @@ impl CommitBackend for DeltaLake {
     }
 
     fn cleanup_run(&self, run_id: &str) -> Result<()> {
-        self.pending.lock().expect("not poisoned").remove(run_id);
+        pending().remove(&self.key(run_id));
         self.inner().cleanup_run(run_id)
     }
 }

@@ -1,0 +1,3 @@
+#!/bin/bash
+source "$(dirname "$0")/../idem/_common.sh"
+echo "idem-delta $("$IDEM" --version | awk '{print $NF}')"
