@@ -183,15 +183,20 @@ impl Manifest {
     }
 }
 
-/// Reads the manifest from one Parquet file's footer; `Ok(None)` if it has none.
-pub fn read_from_file(path: &Path) -> Result<Option<Manifest>> {
+/// Reads the footer metadata of the Parquet file at `path`.
+pub fn read_footer(path: &Path) -> Result<parquet::file::metadata::ParquetMetaData> {
     let file = crate::fs::open(path).map_err(Error::io("open", path))?;
-    let meta = ParquetMetaDataReader::new()
+    ParquetMetaDataReader::new()
         .parse_and_finish(&file)
         .map_err(|source| Error::ParquetRead {
             path: path.to_path_buf(),
             source,
-        })?;
+        })
+}
+
+/// Reads the manifest from one Parquet file's footer; `Ok(None)` if it has none.
+pub fn read_from_file(path: &Path) -> Result<Option<Manifest>> {
+    let meta = read_footer(path)?;
     manifest_of(&meta).map_err(|reason| Error::BadManifest {
         path: path.to_path_buf(),
         reason,

@@ -9,10 +9,10 @@ use std::path::Path;
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Schema};
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
-use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::ParquetMetaData;
 use serde_json::{Map, Value, json};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Strings longer than this keep only a prefix as their minimum and no maximum, as
 /// Spark and delta-rs bound their statistics.
@@ -20,13 +20,7 @@ const STRING_PREFIX: usize = 32;
 
 /// The `stats` JSON of the Parquet file at `path`, whose columns are `schema`'s.
 pub(super) fn of_file(path: &Path, schema: &Schema) -> Result<String> {
-    let file = crate::fs::open(path).map_err(Error::io("open", path))?;
-    let meta = ParquetMetaDataReader::new()
-        .parse_and_finish(&file)
-        .map_err(|source| Error::ParquetRead {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    let meta = crate::manifest::read_footer(path)?;
     Ok(of_metadata(&meta, schema).to_string())
 }
 
