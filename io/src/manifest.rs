@@ -265,21 +265,15 @@ pub fn read_partition(dir: &Path) -> Result<LiveState> {
         Err(e) if gone(&e) => return Ok(LiveState::Foreign { files: Vec::new() }),
         Err(e) => return Err(e),
     };
-    // The newest generation among the footers is the partition's manifest (older ones
-    // ride in files a merge kept). Anything unreadable reads as Foreign: idem then
-    // simply replaces the partition.
-    let mut newest: Option<Manifest> = None;
+    // Anything unreadable reads as Foreign: idem then simply replaces the partition.
+    let mut found = Vec::with_capacity(files.len());
     for file in &files {
         match read_from_file(file) {
-            Ok(Some(m)) => {
-                if newest.as_ref().is_none_or(|n| m.generation > n.generation) {
-                    newest = Some(m);
-                }
-            }
+            Ok(Some(m)) => found.push(m),
             Ok(None) | Err(_) => return Ok(LiveState::Foreign { files }),
         }
     }
-    let Some(manifest) = newest else {
+    let Some(manifest) = newest(found) else {
         return Ok(LiveState::Foreign { files });
     };
     // Every entry must be a file the manifest lists: a stray `_SUCCESS` or a directory
@@ -288,14 +282,29 @@ pub fn read_partition(dir: &Path) -> Result<LiveState> {
         return Ok(LiveState::Foreign { files });
     };
     let all: Vec<String> = entries.into_iter().map(|(name, _)| name).collect();
-    let mut listed: Vec<&str> = all.iter().map(String::as_str).collect();
-    listed.sort_unstable();
-    let mut expected: Vec<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
-    expected.sort_unstable();
-    if listed != expected {
+    if !lists_exactly(&manifest, all.iter().map(String::as_str)) {
         return Ok(LiveState::Foreign { files });
     }
     Ok(LiveState::Managed(Box::new(manifest)))
+}
+
+/// A partition's manifest among those its files' footers carry: the newest generation
+/// (older ones ride in files a merge kept, see [`Manifest::generation`]); the first of
+/// them on a tie.
+pub fn newest(manifests: impl IntoIterator<Item = Manifest>) -> Option<Manifest> {
+    manifests
+        .into_iter()
+        .reduce(|a, b| if b.generation > a.generation { b } else { a })
+}
+
+/// Whether `manifest` lists exactly the files `names`, in any order: otherwise the
+/// partition holds files it does not know, or lacks some, and is not idem's whole.
+pub fn lists_exactly<'a>(manifest: &Manifest, names: impl IntoIterator<Item = &'a str>) -> bool {
+    let mut listed: Vec<&str> = names.into_iter().collect();
+    listed.sort_unstable();
+    let mut expected: Vec<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
+    expected.sort_unstable();
+    listed == expected
 }
 
 /// The Parquet files directly inside `dir`, sorted by name (listing order is not trusted).

@@ -163,6 +163,20 @@ struct Live {
     files: BTreeMap<PartitionPath, Vec<LiveFile>>,
 }
 
+impl Live {
+    /// The version of partition `p` a read-modify-write must find again: its set of
+    /// files; `None` when it has none.
+    fn version_of(&self, p: &PartitionPath) -> Option<Version> {
+        let files = self.files.get(p)?;
+        let mut paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        paths.sort_unstable();
+        Some(Version(format!(
+            "{:016x}",
+            xxhash_rust::xxh3::xxh3_64(paths.join("\n").as_bytes())
+        )))
+    }
+}
+
 impl DeltaLake {
     /// The Delta table on local disk at `root` (which need not exist yet).
     pub fn local(root: &Path) -> Result<Self> {
@@ -261,10 +275,12 @@ impl DeltaLake {
 
     /// The latest snapshot, or `None` when there is no table yet.
     fn live(&self) -> Result<Option<Live>> {
-        if !self.exists()? {
+        let mut cached = self.table.lock().expect("not poisoned");
+        // Once the table was read, its log only grows: reading the new commits is
+        // enough. Before, a listing tells whether there is a table at all.
+        if cached.is_none() && !self.exists()? {
             return Ok(None);
         }
-        let mut cached = self.table.lock().expect("not poisoned");
         let table = cached.get_or_insert_with(|| DeltaTable::new(self.log_store.clone()));
         crate::store::block(table.update_incremental(None))
             .map_err(self.delta_err("reading the log"))?;
@@ -409,25 +425,21 @@ impl DeltaLake {
     /// Reads the manifest of each of `files`' footers: the newest generation, when it
     /// lists exactly these files.
     fn manifest_of(&self, files: &[LiveFile]) -> Result<Option<Manifest>> {
-        let mut newest: Option<Manifest> = None;
+        let mut found = Vec::with_capacity(files.len());
         for f in files {
-            let Some(m) = self.footer_manifest(&f.path)? else {
+            let Some(m) = self.footer_manifest(f)? else {
                 return Ok(None);
             };
-            if newest.as_ref().is_none_or(|n| m.generation > n.generation) {
-                newest = Some(m);
-            }
+            found.push(m);
         }
-        let Some(m) = newest else { return Ok(None) };
-        let mut listed: Vec<&str> = files.iter().map(LiveFile::name).collect();
-        listed.sort_unstable();
-        let mut expected: Vec<&str> = m.files.iter().map(|f| f.name.as_str()).collect();
-        expected.sort_unstable();
-        Ok((listed == expected).then_some(m))
+        Ok(crate::manifest::newest(found)
+            .filter(|m| crate::manifest::lists_exactly(m, files.iter().map(LiveFile::name))))
     }
 
-    /// The manifest in the footer of the data file at `path` (relative to the root).
-    fn footer_manifest(&self, path: &str) -> Result<Option<Manifest>> {
+    /// The manifest in the footer of the live data file `f`.
+    fn footer_manifest(&self, f: &LiveFile) -> Result<Option<Manifest>> {
+        use parquet::file::{FOOTER_SIZE, metadata::FooterTail};
+        let path = f.path.as_str();
         match &self.place {
             Place::Local(t) => match crate::manifest::read_from_file(&t.root().join(path)) {
                 Ok(m) => Ok(m),
@@ -436,23 +448,24 @@ impl DeltaLake {
             },
             Place::Object(_) => crate::store::block(async {
                 let key = ObjectPath::from(path);
-                let meta = self.store.head(&key).await;
-                let Ok(meta) = meta else { return Ok(None) };
-                let size = meta.size;
-                // One read of the tail holds the footer of most files; a larger one
-                // takes a second read.
+                // The log gives the file's size: one read of its tail holds the footer
+                // of most files; a larger footer takes a second read.
+                let size = f.size.max(0) as u64;
                 let tail = size.min(256 << 10);
-                let bytes = self
-                    .store
-                    .get_range(&key, size - tail..size)
-                    .await
-                    .map_err(|e| self.store_err("read", path, e))?;
+                let bytes = match self.store.get_range(&key, size - tail..size).await {
+                    Ok(b) => b,
+                    // A file the log names but the store lacks: not idem's whole.
+                    Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                    Err(e) => return Err(self.store_err("read", path, e)),
+                };
                 let n = bytes.len();
-                if n < 8 || &bytes[n - 4..] != b"PAR1" {
+                let Some(Ok(end)) = n
+                    .checked_sub(FOOTER_SIZE)
+                    .map(|at| FooterTail::try_new(bytes[at..].try_into().expect("8 bytes")))
+                else {
                     return Ok(None);
-                }
-                let len =
-                    u32::from_le_bytes(bytes[n - 8..n - 4].try_into().expect("4 bytes")) as u64;
+                };
+                let len = end.metadata_length() as u64;
                 let footer = if len + 8 <= n as u64 {
                     bytes.slice(n - 8 - len as usize..n - 8)
                 } else if len + 8 <= size {
@@ -899,18 +912,7 @@ impl CommitBackend for DeltaLake {
     }
 
     fn live_version(&self, p: &PartitionPath) -> Result<Option<Version>> {
-        let Some(live) = self.live()? else {
-            return Ok(None);
-        };
-        let Some(files) = live.files.get(p) else {
-            return Ok(None);
-        };
-        let mut paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
-        paths.sort_unstable();
-        Ok(Some(Version(format!(
-            "{:016x}",
-            xxhash_rust::xxh3::xxh3_64(paths.join("\n").as_bytes())
-        ))))
+        Ok(self.live()?.and_then(|l| l.version_of(p)))
     }
 
     fn check_layout(&self, partition_by: &[String]) -> Result<()> {
@@ -1038,14 +1040,14 @@ impl CommitBackend for DeltaLake {
                 message: "a Delta table cannot take partitions a cluster staged".into(),
             });
         }
+        let live = self.live()?;
         if let Some(expected) = &written.expected
-            && self.live_version(&written.partition)? != *expected
+            && live.as_ref().and_then(|l| l.version_of(&written.partition)) != *expected
         {
             return Err(Error::Conflict {
                 partition: written.partition.to_string(),
             });
         }
-        let live = self.live()?;
         let live_files: Vec<LiveFile> = live
             .as_ref()
             .and_then(|l| l.files.get(&written.partition).cloned())

@@ -34,7 +34,8 @@ fn of_metadata(meta: &ParquetMetaData, schema: &Schema) -> Value {
             continue;
         };
         let groups = meta.row_groups().iter();
-        if let Ok(counts) = conv.row_group_null_counts(groups.clone())
+        let counts = conv.row_group_null_counts(groups.clone()).ok();
+        if let Some(counts) = &counts
             && counts.null_count() == 0
         {
             nulls.insert(
@@ -55,10 +56,11 @@ fn of_metadata(meta: &ParquetMetaData, schema: &Schema) -> Value {
         let all_null: Vec<bool> = meta
             .row_groups()
             .iter()
-            .map(|rg| {
-                conv.parquet_column_index()
-                    .and_then(|i| rg.column(i).statistics()?.null_count_opt())
-                    .is_some_and(|n| n as i64 == rg.num_rows())
+            .enumerate()
+            .map(|(i, rg)| {
+                counts
+                    .as_ref()
+                    .is_some_and(|c| c.is_valid(i) && c.value(i) as i64 == rg.num_rows())
             })
             .collect();
         if let Some(v) = extreme(&lo, &all_null, false) {
@@ -259,5 +261,34 @@ mod tests {
         // The longest string's maximum is not recorded, not truncated into a wrong bound.
         assert!(stats["maxValues"].get("s").is_none());
         assert_eq!(stats["nullCount"]["s"], json!(1));
+    }
+
+    #[test]
+    fn a_row_group_of_only_nulls_does_not_hide_the_others_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.parquet");
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(2))
+            .build();
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props)).unwrap();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from(vec![
+                None,
+                None,
+                Some(7),
+                Some(2),
+            ]))],
+        )
+        .unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let stats: Value = serde_json::from_str(&of_file(&path, &schema).unwrap()).unwrap();
+        assert_eq!(stats["minValues"]["n"], json!(2));
+        assert_eq!(stats["maxValues"]["n"], json!(7));
+        assert_eq!(stats["nullCount"]["n"], json!(2));
     }
 }
