@@ -143,7 +143,7 @@ impl LiveFile {
 
     fn remove(&self, now: i64) -> Action {
         Action::Remove(Remove {
-            path: encode_path(&self.path),
+            path: self.path.clone(),
             data_change: true,
             deletion_timestamp: Some(now),
             extended_file_metadata: Some(true),
@@ -447,7 +447,8 @@ impl DeltaLake {
                 Err(e) => Err(e),
             },
             Place::Object(_) => crate::store::block(async {
-                let key = ObjectPath::from(path);
+                // The key as uploaded: the partition directory as written, not re-encoded.
+                let key = crate::store::raw_key(path);
                 // The log gives the file's size: one read of its tail holds the footer
                 // of most files; a larger footer takes a second read.
                 let size = f.size.max(0) as u64;
@@ -640,7 +641,7 @@ impl DeltaLake {
                 let ours = p
                     .adds
                     .iter()
-                    .all(|a| live_files.iter().any(|f| encode_path(&f.path) == a.path))
+                    .all(|a| live_files.iter().any(|f| f.path == a.path))
                     && !p.adds.is_empty()
                     && live_files.len() == p.adds.len() + p.kept.len();
                 if replan && ours {
@@ -841,19 +842,6 @@ fn ident(c: &str) -> String {
     } else {
         format!("\"{}\"", c.replace('"', "\"\""))
     }
-}
-
-/// A relative path as an `add` or `remove` action records it: percent-encoded, as a
-/// URI path (readers decode it).
-fn encode_path(rel: &str) -> String {
-    const KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-        .remove(b'/')
-        .remove(b'-')
-        .remove(b'_')
-        .remove(b'.')
-        .remove(b'~')
-        .remove(b'=');
-    percent_encoding::utf8_percent_encode(rel, KEEP).to_string()
 }
 
 impl CommitBackend for DeltaLake {
@@ -1088,7 +1076,8 @@ impl CommitBackend for DeltaLake {
                 let path = rel(&f.name);
                 let size = self.move_in(&written, &f.name, &path)?;
                 adds.push(Add {
-                    path: encode_path(&path),
+                    // Decoded: deltalake-core encodes it as the log records it.
+                    path: path.clone(),
                     partition_values: partition_values.clone(),
                     size: size as i64,
                     modification_time: chrono::Utc::now().timestamp_millis(),
@@ -1199,17 +1188,5 @@ mod tests {
             Some("(dt = 'a''b' AND \"my col\" IS NULL) OR (dt = 'x' AND \"my col\" = 'y')")
         );
         assert_eq!(DeltaLake::predicate(&[part(vec![])]), None);
-    }
-
-    #[test]
-    fn paths_are_percent_encoded() {
-        assert_eq!(
-            encode_path("dt=2026-06-01/part-1-00000.parquet"),
-            "dt=2026-06-01/part-1-00000.parquet"
-        );
-        assert_eq!(
-            encode_path("k=a%3Ab c/p.parquet"),
-            "k=a%253Ab%20c/p.parquet"
-        );
     }
 }
