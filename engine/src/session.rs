@@ -105,17 +105,7 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
     };
     // A failure of I/O or of the store while listing or reading the source is not
     // the job's fault: a retry may succeed.
-    let failed = |message: String, unreachable: bool| {
-        if unreachable {
-            Error::SourceUnreachable {
-                path: job.path.clone(),
-                source_name: s.name.clone(),
-                message,
-            }
-        } else {
-            err(message)
-        }
-    };
+    let failed = |message: String, unreachable: bool| source_error(job, s, message, unreachable);
     // Checked here, when the job is planned, not when it is loaded: in a project a
     // job's source may be another job's table that does not exist yet.
     let is_glob = s.path.contains(['*', '?', '[']);
@@ -127,9 +117,12 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
             .map_err(|e| err(format!("path {}: {e}", s.path)))?
             .object_store();
         ctx.register_object_store(url.as_ref(), store);
-        // An idem table on an object store is read through its partitions' markers,
-        // so a run never sees a partition mid-apply.
         if s.format == Format::Parquet && !is_glob {
+            if let Some(frame) = delta_frame(ctx, job, s).await? {
+                return register_provider(ctx, job, s, frame.into_view()).await;
+            }
+            // An idem table on an object store is read through its partitions'
+            // markers, so a run never sees a partition mid-apply.
             // Its partitions as committed (marker reads), off the async workers; read
             // again when a file they name is gone by the time its footer is read (an
             // apply finished and removed the staged copy read from, or a newer commit
@@ -156,30 +149,17 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
                     }
                 }
             }
-            refuse_foreign_delta(s).await.map_err(err)?;
         }
     } else if s.format == Format::Parquet
         && !is_glob
         && std::path::Path::new(&s.path).join("_delta_log").is_dir()
     {
-        // A Delta table on disk is read at its latest version, through its log: a
-        // listing would also read the files its commits removed.
-        let Some(committed) = committed_partitions(s)
-            .await
-            .map_err(|e| failed(e.to_string(), crate::error::unreachable_cause(&e)))?
-        else {
-            return Err(err(refuse_foreign_delta(s).await.err().unwrap_or_else(
-                || format!("{} is not readable as a Delta table", s.path),
+        let Some(frame) = delta_frame(ctx, job, s).await? else {
+            return Err(err(format!(
+                "{} has a `_delta_log` directory but no Delta table",
+                s.path.trim_end_matches('/')
             )));
         };
-        let frame = committed_frame(ctx, &committed, s)
-            .await
-            .map_err(|(e, unreachable)| {
-                failed(
-                    format!("reading the Delta table {}: {e}", s.path),
-                    unreachable,
-                )
-            })?;
         return register_provider(ctx, job, s, frame.into_view()).await;
     } else if !is_glob && !std::path::Path::new(&s.path).exists() {
         return Err(err(format!(
@@ -323,19 +303,87 @@ async fn committed_partitions(
     .await
 }
 
-/// Refuses a source that is a Delta table idem cannot read through its log (one with
-/// partitions another tool wrote): a listing would read the files its commits removed.
-async fn refuse_foreign_delta(s: &Source) -> std::result::Result<(), String> {
-    let (path, storage) = (s.path.clone(), s.storage.clone());
-    let delta = crate::blocking(move || idem_io::table::is_delta(&path, &storage)).await;
-    if delta {
-        return Err(format!(
-            "{} is a Delta table with partitions another tool wrote; idem reads Delta \
-             tables it wrote (through their log), not others yet",
-            s.path.trim_end_matches('/')
-        ));
+/// A source's failure: `unreachable` when the store or the disk failed (a retry may
+/// succeed), else the job's or the data's fault.
+fn source_error(job: &Job, s: &Source, message: String, unreachable: bool) -> Error {
+    if unreachable {
+        Error::SourceUnreachable {
+            path: job.path.clone(),
+            source_name: s.name.clone(),
+            message,
+        }
+    } else {
+        Error::Source {
+            path: job.path.clone(),
+            source_name: s.name.clone(),
+            message,
+        }
     }
-    Ok(())
+}
+
+/// The rows of the Delta table `s` names at its latest version, read through its log
+/// (a listing would also read the files its commits removed), whoever wrote it; `None`
+/// when there is no Delta table there. Partition columns are typed as the source
+/// declares them, else as the table's schema does; files written before a column was
+/// added read it as null.
+async fn delta_frame(
+    ctx: &SessionContext,
+    job: &Job,
+    s: &Source,
+) -> Result<Option<datafusion::dataframe::DataFrame>> {
+    let (path, storage) = (s.path.clone(), s.storage.clone());
+    let scan = crate::blocking(move || idem_io::table::delta_scan(&path, &storage))
+        .await
+        .map_err(|e| {
+            let message = match e {
+                idem_io::Error::DeltaUnsupported { .. } => e.to_string(),
+                _ => format!("cannot read the files under {}: {e}", s.path),
+            };
+            source_error(job, s, message, crate::error::unreachable_cause(&e))
+        })?;
+    let Some(scan) = scan else {
+        return Ok(None);
+    };
+    let declared = |col: &str| {
+        s.partition_columns
+            .as_ref()
+            .and_then(|cols| cols.iter().find(|(c, _)| c == col))
+            .or_else(|| scan.partition_types.iter().find(|(c, _)| c == col))
+            .map(|(_, dt)| dt.clone())
+            .unwrap_or(DataType::Utf8)
+    };
+    let groups = scan
+        .partitions
+        .iter()
+        .map(|(p, urls)| (p, urls.clone()))
+        .collect();
+    let frame = partition_files_frame(ctx, groups, Some(&scan.data_schema), declared)
+        .await
+        .map_err(|e| {
+            let message = format!(
+                "reading the Delta table {} at version {}: {e}",
+                s.path, scan.version
+            );
+            source_error(job, s, message, crate::error::unreachable_cause(&e))
+        })?;
+    match frame {
+        Some(frame) => Ok(Some(frame)),
+        // A table with no live file: no rows, in the table's columns.
+        None => {
+            let mut fields: Vec<arrow::datatypes::FieldRef> =
+                scan.data_schema.fields().iter().cloned().collect();
+            fields.extend(
+                scan.partition_types
+                    .iter()
+                    .map(|(c, _)| Arc::new(arrow::datatypes::Field::new(c, declared(c), true))),
+            );
+            let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+            let empty = datafusion::datasource::MemTable::try_new(schema, vec![vec![]])
+                .and_then(|t| ctx.read_table(Arc::new(t)))
+                .map_err(|e| source_error(job, s, e.to_string(), false))?;
+            Ok(Some(empty))
+        }
+    }
 }
 
 /// Whether a file of `committed` is gone from the store now.

@@ -14,7 +14,7 @@ use crate::job::Job;
 pub fn open(job: &Job) -> Result<Arc<dyn CommitBackend>> {
     let path = job.target.path.to_string_lossy();
     idem_io::table::open_as(&path, &job.storage, job.target.format).map_err(|source| match source {
-        idem_io::Error::IsDelta { .. } => Error::Target {
+        idem_io::Error::IsDelta { .. } | idem_io::Error::DeltaUnsupported { .. } => Error::Target {
             path: job.path.clone(),
             target: path.to_string(),
             message: source.to_string(),

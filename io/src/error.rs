@@ -61,6 +61,11 @@ pub enum Error {
     #[error("Delta table {table}: {message}")]
     Delta { table: String, message: String },
 
+    /// A Delta table with a feature idem cannot read or keep; not a failure a retry
+    /// mends.
+    #[error("Delta table {table}: {message}")]
+    DeltaUnsupported { table: String, message: String },
+
     #[error("{path} does not exist")]
     Missing { path: PathBuf },
 

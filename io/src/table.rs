@@ -67,16 +67,21 @@ pub fn open_as(
         });
     }
     match format {
-        Format::Delta => Ok(Arc::new(delta)),
+        Format::Delta => {
+            delta.writable_or_absent()?;
+            Ok(Arc::new(delta))
+        }
         Format::Parquet => open_hive(location, opts),
     }
 }
 
-/// Whether `location` holds a Delta table (it has a Delta log).
-pub fn is_delta(location: &str, opts: &StorageOptions) -> bool {
-    delta_lake(location, opts)
-        .and_then(|d| d.exists())
-        .unwrap_or(false)
+/// The latest version of the Delta table at `location` as a reader sees it (see
+/// [`DeltaLake::scan`]); `None` when there is no Delta log there.
+pub fn delta_scan(
+    location: &str,
+    opts: &StorageOptions,
+) -> Result<Option<crate::commit::delta::DeltaScan>> {
+    delta_lake(location, opts)?.scan()
 }
 
 /// `idem vacuum`: deletes the files of the Delta table at `location` that no version

@@ -12,6 +12,13 @@
                                     another writer (deltalake's write_deltalake)
                                     overwrites the rows where COLUMN = VALUE with
                                     themselves, as a Spark `replaceWhere` would
+    readers.py delta-write DIR MODE SQL [PARTITION_BY [PREDICATE [CONFIG]]]
+                                    another writer (deltalake's write_deltalake) writes
+                                    the rows of the DuckDB query SQL to the Delta table
+                                    DIR: MODE append or overwrite, PARTITION_BY columns
+                                    joined by commas, PREDICATE the rows an overwrite
+                                    replaces, CONFIG a JSON object of table properties;
+                                    new columns join the schema. Prints the version
     readers.py files DIR            the data files each engine reads from DIR
     readers.py put ENDPOINT DIR URL uploads DIR's files under URL (creating the bucket)
     readers.py get ENDPOINT URL DIR downloads what a plain lister sees under URL
@@ -132,6 +139,23 @@ def delta_overwrite(d, column, value):
         mode="overwrite",
         predicate=f"{column} = '{value}'",
         partition_by=t.metadata().partition_columns,
+    )
+    return deltalake.DeltaTable(d).version()
+
+
+def delta_write(d, mode, sql, partition_by="", predicate="", config=""):
+    import deltalake
+    import duckdb
+
+    data = duckdb.connect().sql(sql).to_arrow_table()
+    deltalake.write_deltalake(
+        d,
+        data,
+        mode=mode,
+        partition_by=[c for c in partition_by.split(",") if c] or None,
+        predicate=predicate or None,
+        configuration=json.loads(config) if config else None,
+        schema_mode="merge" if mode == "append" else None,
     )
     return deltalake.DeltaTable(d).version()
 
@@ -356,6 +380,8 @@ def main():
         print(json.dumps(first))
     elif cmd == "delta-overwrite":
         print(json.dumps(delta_overwrite(arg.rstrip("/"), sys.argv[3], sys.argv[4])))
+    elif cmd == "delta-write":
+        print(json.dumps(delta_write(arg.rstrip("/"), *sys.argv[3:])))
     elif cmd == "delta-log":
         print(json.dumps(delta_log(arg.rstrip("/")), default=str))
     elif cmd == "duckdb":

@@ -476,24 +476,72 @@ fn a_parquet_job_refuses_a_delta_table_and_vacuum_refuses_a_parquet_one() {
     assert!(err.contains("no Delta log"), "{err}");
 }
 
-/// A merge into a Delta table commits copy-on-write: the files holding changed keys
-/// are removed and replaced, the others stay as they are (not re-added), and a re-run
-/// of the same changes commits nothing.
-#[test]
-fn a_merge_commits_copy_on_write() {
-    use crate::merge::{base, changes, clustered_job, merge_ok, oracle};
+/// A merge into a Delta table commits copy-on-write, in one commit: on disk the files
+/// holding changed keys are removed and replaced and the others stay as they are (not
+/// re-added); on an object store the affected partitions are rewritten. Version 0
+/// still reads the old rows, and a re-run of the same changes commits nothing.
+fn a_merge_commits_copy_on_write(backend: Backend) {
+    use crate::merge::{base, changes, clustered_job, oracle};
     let lake = Lake::new();
-    let job = lake.job("dim", &(clustered_job() + DELTA));
+    let target = match backend {
+        Backend::Local => "out/dim_customers".to_string(),
+        _ => {
+            let bucket = crate::s3::bucket("delta-merge");
+            idem_testdata::servers::create_bucket(
+                backend.endpoint(),
+                &format!("{}://{bucket}/", backend.scheme()),
+            );
+            format!("{}://{bucket}/lake/dim_customers", backend.scheme())
+        }
+    };
+    let job = lake.job(
+        "dim",
+        &(clustered_job().replace("out/dim_customers", &target) + DELTA),
+    );
+    let merge_ok = |src: &str| {
+        let mut env = backend.env();
+        env.push(("SRC", src.to_string()));
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let out = idem_in(
+            lake.path(),
+            &["run", &job, "--date", "2026-06-01", "--json"],
+            &env,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_lines(&out)
+    };
+    // The table as a local directory (a copy of its objects on S3).
+    let local = || -> (Option<tempfile::TempDir>, std::path::PathBuf) {
+        match backend {
+            Backend::Local => (None, lake.join("out/dim_customers")),
+            _ => {
+                let dir = tempfile::tempdir().unwrap();
+                readers(&[
+                    "get",
+                    backend.endpoint(),
+                    &format!("{target}/"),
+                    dir.path().to_str().unwrap(),
+                ]);
+                let path = dir.path().to_path_buf();
+                (Some(dir), path)
+            }
+        }
+    };
     let base = base(&lake);
-    merge_ok(&lake, &job, &base);
-    let table = lake.join("out/dim_customers");
-    let dir = table.to_str().unwrap();
+    merge_ok(&base);
     let files = |v: &Value| v["files"].as_array().unwrap().len();
-    let first = readers(&["delta-log", dir]);
+    let (_keep, table) = local();
+    let first = readers(&["delta-log", table.to_str().unwrap()]);
     assert!(files(&first) > 3, "{first}");
     // Keys 1, 2, 3 live in the first file only; 1001 is new.
     let ch = changes(&lake, "a", &[1, 2, 3], &[1001], "DE");
-    merge_ok(&lake, &job, &ch);
+    merge_ok(&ch);
+    let (_keep, table) = local();
+    let dir = table.to_str().unwrap();
     assert_eq!(readers(&["delta", dir]), oracle(&base, &[&ch]));
     let log = readers(&["delta-log", dir]);
     assert_eq!(log["version"], 1, "{log}");
@@ -505,26 +553,54 @@ fn a_merge_commits_copy_on_write() {
             .filter(|l| l.starts_with(&format!("{{\"{kind}\"")))
             .count()
     };
-    assert_eq!(count("remove"), 1, "{commit}");
-    assert!((1..=2).contains(&count("add")), "{commit}");
     let names = |v: &Value| -> BTreeSet<String> {
         v["files"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|f| f.as_str().unwrap().to_string())
+            .map(|f| {
+                let f = f.as_str().unwrap();
+                f.rsplit('/').next().unwrap().to_string()
+            })
             .collect()
     };
     let (kept, now) = (names(&first), names(&log));
-    assert_eq!(kept.difference(&now).count(), 1, "one file rewritten");
+    match backend {
+        // On disk, only the file holding the changed keys is rewritten.
+        Backend::Local => {
+            assert_eq!(count("remove"), 1, "{commit}");
+            assert!((1..=2).contains(&count("add")), "{commit}");
+            assert_eq!(kept.difference(&now).count(), 1, "one file rewritten");
+        }
+        // On an object store the footers are not probed: the table is rewritten whole,
+        // still in one commit.
+        _ => {
+            assert_eq!(count("remove"), files(&first), "{commit}");
+            assert!(kept.is_disjoint(&now), "{kept:?} {now:?}");
+        }
+    }
     // Version 0 still reads the base.
     assert_eq!(readers(&["delta", dir, "0"]), oracle(&base, &[]));
-    let again = merge_ok(&lake, &job, &ch);
+    let again = merge_ok(&ch);
     assert_eq!(
         actions(&again),
         vec![("(table)".into(), "unchanged".into())]
     );
-    assert_eq!(readers(&["delta-log", dir])["version"], 1);
+    let (_keep, table) = local();
+    assert_eq!(
+        readers(&["delta-log", table.to_str().unwrap()])["version"],
+        1
+    );
+}
+
+#[test]
+fn a_merge_commits_copy_on_write_local() {
+    a_merge_commits_copy_on_write(Backend::Local);
+}
+
+#[test]
+fn a_merge_commits_copy_on_write_s3() {
+    a_merge_commits_copy_on_write(Backend::S3);
 }
 
 /// A job reading a Delta table idem wrote reads its latest version through the log,
@@ -658,9 +734,8 @@ fn atomic_is_refused_for_a_parquet_table() {
 
 /// `--rewrite` publishes a partition equal to the live one (a new commit with new
 /// files and the same rows); without it the same run is unchanged.
-#[test]
-fn rewrite_commits_the_same_rows_again() {
-    let t = Table::delta(Backend::Local, "delta-rewrite");
+fn rewrite_commits_the_same_rows_again(backend: Backend) {
+    let t = Table::delta(backend, "delta-rewrite");
     let run = |extra: &[&str]| {
         let mut args = vec![
             "run",
@@ -692,6 +767,16 @@ fn rewrite_commits_the_same_rows_again() {
         vec![("dt=2026-06-02".into(), "unchanged".into())]
     );
     assert_eq!(delta_log(&t, "daily")["version"], 1);
+}
+
+#[test]
+fn rewrite_commits_the_same_rows_again_local() {
+    rewrite_commits_the_same_rows_again(Backend::Local);
+}
+
+#[test]
+fn rewrite_commits_the_same_rows_again_s3() {
+    rewrite_commits_the_same_rows_again(Backend::S3);
 }
 
 /// Another writer (delta-rs, as Spark would) overwrites a day of an idem Delta table:
@@ -847,4 +932,291 @@ fn odd_partition_values_local() {
 #[test]
 fn odd_partition_values_s3() {
     odd_partition_values(Backend::S3);
+}
+
+/// Runs idem in `lake` with `backend`'s settings; the report lines, or the failure.
+fn idem_on(lake: &Lake, backend: Backend, args: &[&str]) -> std::process::Output {
+    let env = backend.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    idem_in(lake.path(), args, &env)
+}
+
+/// Has another writer (delta-rs, as Spark would) write the Delta table `dir`; returns
+/// its version. `args` as `readers.py delta-write` takes them.
+fn foreign_write(dir: &str, args: &[&str]) -> u64 {
+    let mut all = vec!["delta-write", dir];
+    all.extend(args);
+    readers(&all).as_u64().unwrap()
+}
+
+/// A Delta table another tool wrote is a source read at its latest version through
+/// its log: partition values typed as its schema says (a date compared with a date),
+/// a column added later read as null from older files, nothing from the files an
+/// overwrite removed. A table that stores columns under other names (column mapping)
+/// is refused as a source; one with rules idem's commits would not keep is refused as
+/// a target, and nothing is written.
+fn a_job_reads_a_foreign_delta_table(backend: Backend) {
+    let lake = Lake::new();
+    let theirs = lake.join("theirs");
+    let dir = theirs.to_str().unwrap();
+    foreign_write(
+        dir,
+        &[
+            "append",
+            "select range as order_id, range * 1.5 as amount, \
+             date '2026-06-01' + (range % 2)::int as dt from range(6)",
+            "dt",
+        ],
+    );
+    foreign_write(
+        dir,
+        &[
+            "append",
+            "select 100 + range as order_id, 2.5 as amount, 'new' as status, \
+             date '2026-06-03' as dt from range(3)",
+            "dt",
+        ],
+    );
+    let v = foreign_write(
+        dir,
+        &[
+            "overwrite",
+            "select 7 as order_id, 9.0 as amount, 'redo' as status, date '2026-06-01' as dt",
+            "dt",
+            "dt = '2026-06-01'",
+        ],
+    );
+    assert_eq!(v, 2);
+    let source = match backend {
+        Backend::Local => dir.to_string(),
+        _ => {
+            let url = format!("s3://{}/theirs", crate::s3::bucket("delta-theirs"));
+            readers(&["put", backend.endpoint(), dir, &url]);
+            url
+        }
+    };
+    let job = lake.job(
+        "down",
+        &format!(
+            r#"
+name = "down"
+[sources.f]
+path = "{source}/"
+[transform]
+sql = "select order_id, amount, status, dt from f where dt < date '2026-06-03'"
+[target]
+path = "out/down"
+partition_by = ["dt"]
+grain = "month"
+"#
+        ),
+    );
+    let out = idem_on(
+        &lake,
+        backend,
+        &["run", &job, "--date", "2026-06", "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // What the Delta readers see of the source, June 1 and 2.
+    let expected: Vec<Value> = readers(&["delta", dir])
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["dt"].as_str().unwrap() < "2026-06-03")
+        .cloned()
+        .collect();
+    assert_eq!(expected.len(), 4, "{expected:?}");
+    assert!(expected.iter().any(|r| r["status"].is_null()));
+    assert_eq!(
+        readers(&["table", lake.join("out/down").to_str().unwrap()]),
+        Value::Array(expected)
+    );
+    let again = idem_on(
+        &lake,
+        backend,
+        &["run", &job, "--date", "2026-06", "--json"],
+    );
+    assert!(
+        actions(&json_lines(&again))
+            .iter()
+            .all(|(_, a)| a == "unchanged")
+    );
+
+    if backend != Backend::Local {
+        return;
+    }
+    let mapped = lake.join("mapped");
+    let mapped = mapped.to_str().unwrap();
+    foreign_write(
+        mapped,
+        &[
+            "append",
+            "select 1 as order_id, 1.5 as amount, 'x' as status, date '2026-06-01' as dt",
+            "dt",
+            "",
+            r#"{"delta.columnMapping.mode": "name"}"#,
+        ],
+    );
+    let read = lake.job(
+        "read_mapped",
+        &format!(
+            r#"
+name = "read_mapped"
+[sources.f]
+path = "{mapped}/"
+[transform]
+sql = "select order_id, amount, status, dt from f"
+[target]
+path = "out/from_mapped"
+partition_by = ["dt"]
+grain = "month"
+"#
+        ),
+    );
+    let out = idem_on(&lake, backend, &["run", &read, "--date", "2026-06"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("source `f`") && err.contains("column mapping"),
+        "{err}"
+    );
+    assert!(!lake.join("out/from_mapped").exists());
+    // As a target: refused before anything is staged, for each rule idem's commits
+    // would not keep.
+    for (n, (config, named)) in [
+        (r#"{"delta.columnMapping.mode": "name"}"#, "column mapping"),
+        (
+            r#"{"delta.enableChangeDataFeed": "true"}"#,
+            "change data feed",
+        ),
+        (r#"{"delta.appendOnly": "true"}"#, "appendOnly"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let theirs = lake.join(&format!("ruled{n}"));
+        let theirs = theirs.to_str().unwrap();
+        foreign_write(
+            theirs,
+            &[
+                "append",
+                "select 1 as order_id, 1.5 as amount, 'x' as status, date '2026-06-01' as dt",
+                "dt",
+                "",
+                config,
+            ],
+        );
+        let before = snapshot(std::path::Path::new(theirs));
+        let write = lake.job(
+            &format!("write_ruled{n}"),
+            &format!(
+                r#"
+name = "write_ruled"
+[sources.f]
+path = "{dir}/"
+[transform]
+sql = "select order_id, amount, status, dt from f"
+[target]
+path = "{theirs}"
+partition_by = ["dt"]
+grain = "month"
+format = "delta"
+"#
+            ),
+        );
+        let out = idem_on(&lake, backend, &["run", &write, "--date", "2026-06"]);
+        assert_eq!(out.status.code(), Some(2), "{config}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("Delta table {theirs}")) && err.contains(named),
+            "{err}"
+        );
+        assert_eq!(snapshot(std::path::Path::new(theirs)), before, "{config}");
+    }
+}
+
+#[test]
+fn a_job_reads_a_foreign_delta_table_local() {
+    a_job_reads_a_foreign_delta_table(Backend::Local);
+}
+
+#[test]
+fn a_job_reads_a_foreign_delta_table_s3() {
+    a_job_reads_a_foreign_delta_table(Backend::S3);
+}
+
+/// idem writes into a Delta table another tool made (one whose partitioning matches),
+/// and checkpoints its log at the table's `delta.checkpointInterval`: the readers
+/// read the checkpointed table as the oracle says, and an unchanged re-run commits
+/// nothing.
+#[test]
+fn commits_checkpoint_the_log_at_the_tables_interval() {
+    let t = Table::delta(Backend::Local, "delta-checkpoint");
+    let dir = t.target("crashy");
+    foreign_write(
+        &dir,
+        &[
+            "append",
+            "select 1::bigint as order_id, 1::bigint as customer_id, 1.5::double as amount_usd, \
+             'x' as status, date '2026-06-09' as dt",
+            "dt",
+            "",
+            r#"{"delta.checkpointInterval": "2"}"#,
+        ],
+    );
+    t.run_ok(&t.job);
+    t.switch_to_b(Some("2026-06-03"));
+    t.run_ok(&t.job);
+    let log: Vec<String> = commits(&t, "crashy");
+    assert_eq!(log.len(), 3, "{log:?}");
+    let files = t.data_files_and_log("crashy");
+    assert!(
+        files.iter().any(|f| f.ends_with(".checkpoint.parquet"))
+            && files.iter().any(|f| f == "_delta_log/_last_checkpoint"),
+        "{files:?}"
+    );
+    assert_eq!(delta_rows(&t, "crashy", None), oracle(&t, None));
+    t.run_ok(&t.job);
+    assert_eq!(version_of(&t), 2);
+}
+
+/// A run killed between the parts of a file's multipart upload into an S3 Delta table
+/// commits nothing; the next run aborts the dead run's upload and commits its own.
+#[test]
+fn a_run_killed_mid_upload_commits_nothing_s3() {
+    let t = Table::delta(Backend::S3, "delta-parts");
+    crate::s3::one_large_day(&t);
+    let uploads = || crate::s3::uploads_in_progress(&t);
+    let out = t.idem(
+        &["run", &t.daily_job, "--date", "2026-06-01"],
+        &[("IDEM_FAILPOINTS", "after_upload_part=abort")],
+    );
+    assert!(!out.status.success());
+    assert_eq!(uploads(), 1, "the killed run left its upload in progress");
+    assert!(commits(&t, "daily").is_empty(), "nothing committed");
+    let done = t.ok(&["run", &t.daily_job, "--date", "2026-06-01", "--json"]);
+    assert_eq!(
+        actions(&done),
+        vec![("dt=2026-06-01".into(), "written".into())]
+    );
+    assert_eq!(uploads(), 0);
+    assert_eq!(commits(&t, "daily").len(), 1);
+    let log = delta_log(&t, "daily");
+    let live: BTreeSet<String> = log["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let f = f.as_str().unwrap();
+            f[f.find("dt=").unwrap()..].to_string()
+        })
+        .collect();
+    let stored: BTreeSet<String> = parquet_files(&t, "daily").into_iter().collect();
+    assert_eq!(stored, live);
+    assert_eq!(done[0]["rows"], 1_000_000, "{done:?}");
+    assert!(t.keys("lake/_idem/daily/uploads/").is_empty());
 }

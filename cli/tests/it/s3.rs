@@ -605,10 +605,9 @@ fn merges_into_object_store_tables_match_duckdb_and_concurrent_merges_both_land(
     }
 }
 
-#[test]
-fn a_run_killed_mid_upload_leaves_no_parts_behind() {
-    let t = Table::new(Backend::S3, "parts");
-    // A day large enough for a multipart upload (its file is over 8 MiB).
+/// Replaces the lake's raw orders with one day large enough for a multipart upload
+/// (its file is over 8 MiB).
+pub fn one_large_day(t: &Table) {
     let raw = t.lake.join("testdata/lake/raw/orders");
     std::fs::remove_dir_all(&raw).unwrap();
     let spec = idem_testdata::OrdersSpec {
@@ -618,12 +617,21 @@ fn a_run_killed_mid_upload_leaves_no_parts_behind() {
         ..Default::default()
     };
     idem_testdata::write_orders(&raw, &spec).unwrap();
-    let uploads = || {
-        readers(&["s3-uploads", s3_endpoint(), &t.url("lake/")])
-            .as_array()
-            .unwrap()
-            .len()
-    };
+}
+
+/// The multipart uploads in progress under the table's bucket prefix `lake/`.
+pub fn uploads_in_progress(t: &Table) -> usize {
+    readers(&["s3-uploads", s3_endpoint(), &t.url("lake/")])
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+#[test]
+fn a_run_killed_mid_upload_leaves_no_parts_behind() {
+    let t = Table::new(Backend::S3, "parts");
+    one_large_day(&t);
+    let uploads = || uploads_in_progress(&t);
     let out = t.idem(
         &["run", &t.daily_job, "--date", "2026-06-01"],
         &[("IDEM_FAILPOINTS", "after_upload_part=abort")],

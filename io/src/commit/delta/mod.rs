@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel as _;
-use deltalake_core::kernel::transaction::{CommitBuilder, TransactionError};
+use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
 use deltalake_core::kernel::{Action, Add, MetadataExt as _, Remove, StructType, new_metadata};
 use deltalake_core::logstore::{LogStoreRef, StorageConfig, default_logstore};
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
@@ -134,6 +134,8 @@ struct LiveFile {
     path: String,
     size: i64,
     partition_values: HashMap<String, Option<String>>,
+    /// The rows another writer marked deleted in it; a remove must name it too.
+    deletion_vector: Option<deltalake_core::kernel::DeletionVectorDescriptor>,
 }
 
 impl LiveFile {
@@ -149,12 +151,25 @@ impl LiveFile {
             extended_file_metadata: Some(true),
             partition_values: Some(self.partition_values.clone()),
             size: Some(self.size),
-            deletion_vector: None,
+            deletion_vector: self.deletion_vector.clone(),
             tags: None,
             base_row_id: None,
             default_row_commit_version: None,
         })
     }
+}
+
+/// A Delta table's latest version as a reader sees it (see [`DeltaLake::scan`]).
+#[derive(Debug)]
+pub struct DeltaScan {
+    /// The version read.
+    pub version: i64,
+    /// The columns stored in the data files (the partition columns left out).
+    pub data_schema: SchemaRef,
+    /// The partition columns, in order, with their types.
+    pub partition_types: Vec<(String, DataType)>,
+    /// The live files of each partition, as URLs (paths on disk).
+    pub partitions: Vec<(PartitionPath, Vec<String>)>,
 }
 
 /// The latest snapshot, by partition.
@@ -302,9 +317,128 @@ impl DeltaLake {
                 path: f.path().into_owned(),
                 size: f.size(),
                 partition_values: values,
+                deletion_vector: f.deletion_vector_descriptor(),
             });
         }
         Ok(Some(Live { state, files }))
+    }
+
+    /// What a reader of the table's latest version reads: its files by partition, the
+    /// data columns' schema and the partition columns' types, as its log says (files
+    /// another writer added included). `None` when there is no Delta table here.
+    /// Refused for tables whose rows a plain Parquet read would get wrong: deletion
+    /// vectors and column mapping.
+    pub fn scan(&self) -> Result<Option<DeltaScan>> {
+        let Some(live) = self.live()? else {
+            return Ok(None);
+        };
+        let refuse = |what: &str| Error::DeltaUnsupported {
+            table: self.location(),
+            message: format!(
+                "the table uses {what}, which idem does not read yet; read it with a \
+                 Delta reader and give idem its rows as Parquet"
+            ),
+        };
+        if column_mapping(&live.state) {
+            return Err(refuse("column mapping"));
+        }
+        if live
+            .state
+            .log_data()
+            .iter()
+            .any(|f| f.deletion_vector_descriptor().is_some())
+        {
+            return Err(refuse("deletion vectors"));
+        }
+        let schema = live.state.snapshot().arrow_schema();
+        let columns = live.state.metadata().partition_columns().to_vec();
+        let partition_types = columns
+            .iter()
+            .map(|c| {
+                let dt = schema
+                    .field_with_name(c)
+                    .map(|f| f.data_type().clone())
+                    .unwrap_or(DataType::Utf8);
+                (c.clone(), dt)
+            })
+            .collect();
+        let data_schema = Arc::new(Schema::new(
+            schema
+                .fields()
+                .iter()
+                .filter(|f| !columns.contains(f.name()))
+                .cloned()
+                .collect::<Vec<_>>(),
+        ));
+        let partitions = live
+            .files
+            .iter()
+            .map(|(p, files)| {
+                let urls = files.iter().map(|f| self.file_url(&f.path)).collect();
+                (p.clone(), urls)
+            })
+            .collect();
+        Ok(Some(DeltaScan {
+            version: live.state.version() as i64,
+            data_schema,
+            partition_types,
+            partitions,
+        }))
+    }
+
+    /// Refuses a table with rules idem's commits would not keep: columns stored under
+    /// other names (column mapping), no replacing (append-only), a change data feed to
+    /// write, constraints, invariants, generated or identity columns to enforce. The protocol check of the
+    /// commit itself refuses features no writer here knows (row tracking, say).
+    pub fn writable_or_absent(&self) -> Result<()> {
+        match self.live()? {
+            Some(live) => self.writable(&live.state),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::writable_or_absent`] on a snapshot read.
+    fn writable(&self, state: &DeltaTableState) -> Result<()> {
+        let refuse = |what: String| Error::DeltaUnsupported {
+            table: self.location(),
+            message: format!(
+                "the table has {what}, which idem's commits do not keep; write it with \
+                 the tool that made it"
+            ),
+        };
+        let config = state.table_config();
+        if column_mapping(state) {
+            return Err(refuse("column mapping".into()));
+        }
+        if config.append_only == Some(true) {
+            return Err(refuse(
+                "delta.appendOnly set: its partitions cannot be replaced".into(),
+            ));
+        }
+        if config.enable_change_data_feed == Some(true) {
+            return Err(refuse(
+                "a change data feed (delta.enableChangeDataFeed)".into(),
+            ));
+        }
+        if let Some(key) = config
+            .unknown_properties
+            .keys()
+            .find(|k| k.starts_with("delta.constraints."))
+        {
+            return Err(refuse(format!("a CHECK constraint ({key})")));
+        }
+        for field in state.schema().fields() {
+            for (key, what) in [
+                ("delta.invariants", "an invariant"),
+                ("delta.generationExpression", "a generated column"),
+                ("delta.identity.start", "an identity column"),
+            ] {
+                if field.metadata.contains_key(key) {
+                    return Err(refuse(format!("{what} (`{}`)", field.name())));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The table's version now; `None` before its first commit.
@@ -425,6 +559,11 @@ impl DeltaLake {
     /// Reads the manifest of each of `files`' footers: the newest generation, when it
     /// lists exactly these files.
     fn manifest_of(&self, files: &[LiveFile]) -> Result<Option<Manifest>> {
+        // Rows another writer deleted through a deletion vector are not what the
+        // manifest's digest covers.
+        if files.iter().any(|f| f.deletion_vector.is_some()) {
+            return Ok(None);
+        }
         let mut found = Vec::with_capacity(files.len());
         for f in files {
             let Some(m) = self.footer_manifest(f)? else {
@@ -725,6 +864,7 @@ impl DeltaLake {
                     head.push(Action::Metadata(metadata));
                 }
                 Some(l) => {
+                    self.writable(&l.state)?;
                     if l.state.metadata().partition_columns() != columns {
                         return Err(Error::Layout {
                             table: self.location(),
@@ -756,7 +896,10 @@ impl DeltaLake {
                 .as_ref()
                 .map(|l| &l.state as &dyn deltalake_core::kernel::transaction::TableReference);
             let result = crate::store::block(
-                CommitBuilder::default()
+                // Checkpoints every `delta.checkpointInterval` commits (100 unless
+                // set), so a reader of a table years of nightly runs old does not
+                // replay every commit; old log entries expire as the table says.
+                CommitBuilder::from(CommitProperties::default().with_create_checkpoint(true))
                     .with_actions(head)
                     .with_app_metadata(info)
                     .with_max_retries(REPLANS)
@@ -794,6 +937,13 @@ impl DeltaLake {
                 .unwrap_or_default(),
         })
     }
+}
+
+/// Whether the table stores its columns under names other than its schema's.
+fn column_mapping(state: &DeltaTableState) -> bool {
+    // The mode as the protocol spells it: `none`, `id` or `name`.
+    let mode = state.table_config().column_mapping_mode;
+    mode.is_some_and(|m| serde_json::to_value(m).ok() != Some("none".into()))
 }
 
 /// What a commit records of idem, in its `commitInfo`.
@@ -850,6 +1000,7 @@ impl CommitBackend for DeltaLake {
     }
 
     fn prepare(&self) -> Result<()> {
+        self.writable_or_absent()?;
         self.inner().prepare()
     }
 
