@@ -77,7 +77,7 @@ pub struct BackfillArgs {
     /// Print JSON lines on stdout: a `start` and a `done`/`failed`/`skipped` event per
     /// date, and a `summary` per job.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -98,7 +98,7 @@ pub struct DatesArgs {
     vars: Vec<String>,
     /// Print the units as one JSON array.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 fn load(path: &std::path::Path) -> Result<Project, idem_engine::Error> {

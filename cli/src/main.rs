@@ -67,6 +67,21 @@ enum Command {
     Gen(GenCommand),
 }
 
+impl Command {
+    /// Whether the command prints JSON (`--json`).
+    fn json(&self) -> bool {
+        match self {
+            Command::Run(a) | Command::Verify(a) => a.json,
+            Command::Backfill(a) => a.json,
+            Command::Dates(a) => a.json,
+            Command::Status(a) | Command::Gc(a) | Command::Log(a) => a.json,
+            Command::Vacuum(a) => a.json,
+            Command::Plan(a) | Command::Stale(a) => a.json,
+            Command::Scheduler(_) | Command::Executor(_) | Command::Gen(_) => false,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 struct RunArgs {
     /// The job file (TOML).
@@ -156,6 +171,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(cli.command, Command::Scheduler(_) | Command::Executor(_));
     init_tracing(cli.verbose, serving);
+    let json = cli.command.json();
     let outcome = run(cli);
     if idem_io::fault::armed_from_env() {
         // For fault tests: how many storage calls the process made.
@@ -173,11 +189,24 @@ fn main() -> ExitCode {
             let engine = err.downcast_ref::<idem_engine::Error>();
             // Engine errors already say what caused them; other errors carry context
             // layers worth printing in full.
-            match engine {
-                Some(e) => eprintln!("error: {e}"),
-                None => eprintln!("error: {err:#}"),
+            let message = match engine {
+                Some(e) => e.to_string(),
+                None => format!("{err:#}"),
+            };
+            eprintln!("error: {message}");
+            let code = engine.map_or(1, idem_engine::Error::exit_code);
+            if json {
+                // A script reading stdout gets the failure in the same form as a report.
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "error": message,
+                        "exit_code": code,
+                        "partition": engine.and_then(idem_engine::Error::partition),
+                    })
+                );
             }
-            ExitCode::from(engine.map_or(1, idem_engine::Error::exit_code))
+            ExitCode::from(code)
         }
     }
 }

@@ -1,4 +1,4 @@
-"""End-to-end test of idem_dagster.py against a real idem binary (no pytest):
+"""End-to-end test of idem_pipelines.dagster against a real idem binary (no pytest):
 
     IDEM_BIN=target/release/idem /tmp/dagster-venv/bin/python deploy/dagster/test_idem_dagster.py
 
@@ -25,11 +25,13 @@ warnings.filterwarnings("ignore")  # preview/beta warnings of dagster APIs
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-sys.path.insert(0, str(HERE))
+try:  # the installed package, else the one in this checkout
+    import idem_pipelines  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(REPO / "python"))
 
-import dagster as dg  # noqa: E402
-
-from idem_dagster import idem_job_asset, idem_project_assets  # noqa: E402
+import dagster as dg
+from idem_pipelines.dagster import idem_job_asset, idem_project_assets
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"

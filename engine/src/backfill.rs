@@ -51,6 +51,9 @@ pub enum Event {
     Failed {
         logical_date: String,
         error: String,
+        /// The partition the error names, when it names one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        partition: Option<String>,
         bad_input: bool,
         /// The exit code this failure gives (see `crate::exit`); only 1 is worth
         /// retrying.
@@ -131,6 +134,7 @@ pub async fn backfill(
                     on_event(Event::Failed {
                         logical_date: date.clone(),
                         error: e.to_string(),
+                        partition: e.partition().map(str::to_string),
                         bad_input: e.is_bad_input(),
                         exit_code: e.exit_code(),
                         ms,
@@ -158,6 +162,7 @@ pub async fn backfill(
                 on_event(Event::Failed {
                     logical_date: "(commit)".into(),
                     error: e.to_string(),
+                    partition: e.partition().map(str::to_string),
                     bad_input: e.is_bad_input(),
                     exit_code: e.exit_code(),
                     ms,

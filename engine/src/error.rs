@@ -309,6 +309,20 @@ impl Error {
         }
     }
 
+    /// The partition the error is about, when it names one.
+    pub fn partition(&self) -> Option<&str> {
+        match self {
+            Error::Partition { partition, .. }
+            | Error::CheckFailed { partition, .. }
+            | Error::Write { partition, .. }
+            | Error::Storage {
+                source: idem_io::Error::Conflict { partition },
+                ..
+            } => Some(partition),
+            _ => None,
+        }
+    }
+
     /// True when a check on the staged output failed (exit code 3).
     pub fn is_check_failure(&self) -> bool {
         matches!(self, Error::CheckFailed { .. })

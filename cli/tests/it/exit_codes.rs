@@ -253,3 +253,71 @@ partition_by = ["dt"]
     env.push(("IDEM_LOG", "off"));
     run(&env, 5, "Corrupt footer");
 }
+
+/// With `--json`, a failure ends stdout with one object: the error as stderr says it,
+/// the exit code, and the partition it names (null when none); a backfill's `failed`
+/// event names the partition too.
+#[test]
+fn a_failure_with_json_prints_the_error_object() {
+    let lake = Lake::new();
+    let checked = job(
+        &lake,
+        "checked",
+        "order_id, status",
+        "[checks]\naccepted_values = { status = [\"paid\"] }",
+    );
+    let out = idem_in(
+        lake.path(),
+        &["run", &checked, DAY[0], DAY[1], "--json"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let last = json_lines(&out).pop().expect("an error object");
+    assert_eq!(last["exit_code"], 3, "{last}");
+    assert_eq!(last["partition"], "dt=2026-06-02", "{last}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let error = last["error"].as_str().unwrap();
+    assert!(error.starts_with("job file jobs/checked.toml: check `accepted_values: status` failed on partition dt=2026-06-02"), "{error}");
+    assert!(stderr.contains(error), "{stderr}");
+
+    let out = idem_in(
+        lake.path(),
+        &["run", &checked, "--date", "2026-13-02", "--json"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let last = json_lines(&out).pop().expect("an error object");
+    assert_eq!(last["exit_code"], 2);
+    assert!(last["partition"].is_null(), "{last}");
+    assert!(
+        last["error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid --date `2026-13-02`")
+    );
+
+    let out = idem_in(
+        lake.path(),
+        &[
+            "backfill",
+            &checked,
+            "--from",
+            "2026-06-01",
+            "--to",
+            "2026-06-02",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let failed: Vec<serde_json::Value> = json_lines(&out)
+        .into_iter()
+        .filter(|e| e["event"] == "failed")
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    for f in &failed {
+        let date = f["logical_date"].as_str().unwrap();
+        assert_eq!(f["partition"], format!("dt={date}"), "{f}");
+        assert_eq!(f["exit_code"], 3);
+    }
+}

@@ -1,10 +1,13 @@
 """Dagster partitioned assets backed by idem job files.
 
-    from idem_dagster import idem_job_asset, idem_project_assets
+    import dagster as dg
+    from idem_pipelines.dagster import idem_job_asset, idem_project_assets
 
     fct_orders = idem_job_asset("jobs/fct_orders.toml", start_date="2026-06-01",
                                 workdir="/srv/lake")
-    defs = dagster.Definitions(assets=[fct_orders])
+    defs = dg.Definitions(assets=idem_project_assets("/srv/lake/jobs",
+                                                     start_date="2026-06-01",
+                                                     workdir="/srv/lake"))
 
 One idem job file becomes one partitioned asset:
 
@@ -12,11 +15,11 @@ One idem job file becomes one partitioned asset:
   (keys `2026-06-01`), hour -> HourlyPartitionsDefinition (`2026-06-01T05`), month ->
   MonthlyPartitionsDefinition (`2026-06`), all in UTC, which is how idem cuts a run's
   window, so a partition key is exactly an idem `--date`;
-* one partition runs `idem run JOB --date KEY --json`;
+* one partition runs `idem run JOB --date KEY`;
 * a range (a backfill launched from the UI, `BackfillPolicy.single_run()`) runs ONE
-  `idem backfill JOB --from FIRST --to LAST --json`, so idem schedules the dates itself
+  `idem backfill JOB --from FIRST --to LAST`, so idem schedules the dates itself
   (`--concurrency`, newest first) in one process;
-* every partition gets its own materialization metadata from idem's JSON report:
+* every partition gets its own materialization metadata from idem's report:
   `action` (written / unchanged / emptied / fresh, or `mixed` when one date published
   several partitions with different actions), `rows` (also `dagster/row_count`),
   `bytes`, `digest`, the idem run id, the table and every published partition;
@@ -30,21 +33,17 @@ One idem job file becomes one partitioned asset:
 Dates of a range that idem published before another date failed are still recorded
 as materialized (they were published) before the step fails.
 
-The binary is `$IDEM_BIN`, else `idem` on PATH (or the factory's `idem_bin`), looked
-up when the asset runs. Relative paths in a job file resolve against idem's current
-directory, so pass `workdir` (the project root) unless every path is absolute or an
-object-store URL.
+The binary is the factory's `idem_bin`, else the one `idem_pipelines.find_idem`
+finds (`IDEM_BIN`, the wheel's, the PATH), looked up when the asset runs. Relative
+paths in a job file resolve against idem's current directory, so pass `workdir` (the
+project root) unless every path is absolute or an object-store URL.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import re
-import shutil
-import subprocess
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,13 +55,14 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 import dagster as dg
 
+from ._api import Done, Failed, RunReport, Skipped, Summary, backfill, plan, run
+from .errors import IdemError
+
 __all__ = [
     "FINAL_EXIT_CODES",
-    "IdemResult",
     "idem_job_asset",
     "idem_project_assets",
     "partitions_def_for_grain",
-    "run_idem",
 ]
 
 # idem's exit codes (docs/cli.md). These are final: running again gives the same answer.
@@ -95,11 +95,15 @@ def job_grain(job: Mapping[str, Any]) -> str:
     """`[target] grain` of a parsed job file (idem's default: day)."""
     grain = job.get("target", {}).get("grain", "day")
     if grain not in _GRAIN_FORMATS:
-        raise ValueError(f"unknown [target] grain {grain!r}: expected day, hour or month")
+        raise ValueError(
+            f"unknown [target] grain {grain!r}: expected day, hour or month"
+        )
     return grain
 
 
-def _as_partition_start(value: str | _dt.date | _dt.datetime | None, fmt: str) -> str | None:
+def _as_partition_start(
+    value: str | _dt.date | _dt.datetime | None, fmt: str
+) -> str | None:
     """A start/end date in the partition format: accepts that format, an ISO date or
     datetime string, or a date/datetime."""
     if value is None:
@@ -142,128 +146,49 @@ def partitions_def_for_grain(
     )
 
 
-# ---------------------------------------------------------------------------- running idem
+# ---------------------------------------------------------------------------- failures
 
 
-class IdemResult:
-    """What one idem process said: exit code, JSON documents on stdout, stderr text."""
-
-    def __init__(self, argv: Sequence[str], returncode: int, json_docs: list[Any],
-                 stdout_text: list[str], stderr: str) -> None:
-        self.argv = list(argv)
-        self.returncode = returncode
-        self.json_docs = json_docs
-        self.stdout_text = stdout_text
-        self.stderr = stderr
-
-    @property
-    def command(self) -> str:
-        return " ".join(self.argv)
-
-    @property
-    def final(self) -> bool:
-        return self.returncode in FINAL_EXIT_CODES
-
-    def explain(self) -> str:
-        code = self.returncode
-        if code in FINAL_EXIT_CODES:
-            meaning = FINAL_EXIT_CODES[code]
-        elif code in RETRYABLE_EXIT_CODES:
-            meaning = RETRYABLE_EXIT_CODES[code]
-        elif code < 0:
-            meaning = f"killed by signal {-code}"
-        elif code > 128:
-            meaning = f"killed by signal {code - 128}"
-        else:
-            meaning = "unexpected exit code"
-        return f"exit {code}: {meaning}"
+def _explain(code: int) -> str:
+    if code in FINAL_EXIT_CODES:
+        meaning = FINAL_EXIT_CODES[code]
+    elif code in RETRYABLE_EXIT_CODES:
+        meaning = RETRYABLE_EXIT_CODES[code]
+    elif code < 0:
+        meaning = f"killed by signal {-code}"
+    elif code > 128:
+        meaning = f"killed by signal {code - 128}"
+    else:
+        meaning = "unexpected exit code"
+    return f"exit {code}: {meaning}"
 
 
-def _idem_binary(idem_bin: str | None) -> str:
-    candidate = idem_bin or os.environ.get("IDEM_BIN") or "idem"
-    found = shutil.which(candidate)
-    if found is None:
-        raise dg.Failure(
-            description=f"idem binary {candidate!r} not found (set IDEM_BIN or put idem on PATH)",
-            allow_retries=False,
-        )
-    return found
-
-
-def run_idem(
-    args: Sequence[str],
-    *,
-    idem_bin: str | None = None,
-    cwd: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    log: Any = None,
-) -> IdemResult:
-    """Run `idem ARGS`, streaming its output to `log` (a logger, or None), and collect
-    every JSON document it prints on stdout (one per line with `--json`, or one
-    pretty-printed document)."""
-    argv = [_idem_binary(idem_bin), *args]
-    child_env = dict(os.environ)
-    child_env.update(env or {})
-    if log is not None:
-        log.info("running %s%s", " ".join(argv), f" in {cwd}" if cwd else "")
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=child_env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-    )
-    stderr_lines: list[str] = []
-
-    def pump_stderr() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            stderr_lines.append(line)
-            if log is not None:
-                log.info("idem: %s", line.rstrip("\n"))
-
-    reader = threading.Thread(target=pump_stderr, daemon=True)
-    reader.start()
-    stdout_lines: list[str] = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            stdout_lines.append(line)
-            if log is not None and line.strip():
-                log.debug("idem stdout: %s", line.rstrip("\n"))
-        returncode = proc.wait()
-    except BaseException:
-        # The step was interrupted (run terminated, timeout): stop idem too. A killed
-        # run leaves every partition old or new.
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        raise
-    finally:
-        reader.join(timeout=10)
-
-    docs: list[Any] = []
-    text: list[str] = []
-    whole = "".join(stdout_lines).strip()
-    try:  # one document, possibly pretty-printed (`idem run --json`, `idem plan --json`)
-        docs = [json.loads(whole)] if whole else []
-    except json.JSONDecodeError:  # JSON lines (`idem backfill --json`), maybe with text
-        for line in stdout_lines:
-            stripped = line.strip()
-            if not stripped:
-                continue
-            try:
-                docs.append(json.loads(stripped))
-            except json.JSONDecodeError:
-                text.append(stripped)
-    return IdemResult(argv, returncode, docs, text, "".join(stderr_lines))
+def _failure(
+    error: IdemError, summary: str, extra: Mapping[str, Any] | None = None
+) -> dg.Failure:
+    """A Dagster failure for idem's `error`: final exit codes are not retried."""
+    final = error.exit_code in FINAL_EXIT_CODES
+    stderr_tail = error.stderr.strip()[-4000:]
+    md: dict[str, Any] = {
+        "exit_code": error.exit_code,
+        "idem_command": " ".join(error.command),
+        "retryable": not final,
+    }
+    if error.partition:
+        md["partition"] = error.partition
+    if stderr_tail:
+        md["stderr"] = dg.MetadataValue.md(f"```\n{stderr_tail}\n```")
+    md.update(extra or {})
+    description = f"{summary}: idem {_explain(error.exit_code)}\n{error.message}"
+    return dg.Failure(description=description, metadata=md, allow_retries=not final)
 
 
 # ---------------------------------------------------------------------------- metadata
 
 
-def partition_metadata(report: Mapping[str, Any]) -> dict[str, Any]:
+def partition_metadata(run_report: RunReport) -> dict[str, Any]:
     """Materialization metadata of one logical date from idem's report of it."""
+    report = run_report.raw
     parts = list(report.get("partitions") or [])
     actions = sorted({p.get("action", "?") for p in parts})
     if not actions:
@@ -287,6 +212,7 @@ def partition_metadata(report: Mapping[str, Any]) -> dict[str, Any]:
             {p.get("partition", "?"): p for p in parts}
         ),
         "idem_run_id": report.get("run_id") or "",
+        "idem_command": " ".join(run_report.command),
         "idem_job": report.get("job", ""),
         "idem_elapsed_ms": int(report.get("elapsed_ms") or 0),
     }
@@ -297,22 +223,6 @@ def partition_metadata(report: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(report.get("merge"), Mapping):
         md["idem_merge"] = dg.MetadataValue.json(dict(report["merge"]))
     return md
-
-
-def _failure(result: IdemResult, summary: str, extra: Mapping[str, Any] | None = None) -> dg.Failure:
-    stderr_tail = result.stderr.strip()[-4000:]
-    md: dict[str, Any] = {
-        "exit_code": result.returncode,
-        "idem_command": result.command,
-        "retryable": not result.final,
-    }
-    if stderr_tail:
-        md["stderr"] = dg.MetadataValue.md(f"```\n{stderr_tail}\n```")
-    md.update(extra or {})
-    description = f"{summary}: idem {result.explain()}"
-    if stderr_tail:
-        description += "\n" + stderr_tail.splitlines()[-1]
-    return dg.Failure(description=description, metadata=md, allow_retries=not result.final)
 
 
 # ---------------------------------------------------------------------------- the factory
@@ -359,9 +269,17 @@ def idem_job_asset(
     partitions_def = partitions_def_for_grain(grain, start_date, end_date, end_offset)
     cwd = str(workdir) if workdir is not None else None
     job_arg = str(job_path)
-    var_args = [a for k, v in (vars or {}).items() for a in ("--var", f"{k}={v}")]
+    common: dict[str, Any] = {
+        "vars": vars,
+        "cwd": cwd,
+        "env": env,
+        "idem_bin": idem_bin,
+    }
     policy = retry_policy or dg.RetryPolicy(
-        max_retries=3, delay=30, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
+        max_retries=3,
+        delay=30,
+        backoff=dg.Backoff.EXPONENTIAL,
+        jitter=dg.Jitter.PLUS_MINUS,
     )
     target = job.get("target", {}).get("path", "?")
 
@@ -373,8 +291,13 @@ def idem_job_asset(
         partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run(),
         retry_policy=policy,
-        description=description or f"idem job `{job_name}` ({job_path}) writing `{target}`",
-        metadata={"idem_job_file": str(job_path), "idem_grain": grain, "idem_target": str(target)},
+        description=description
+        or f"idem job `{job_name}` ({job_path}) writing `{target}`",
+        metadata={
+            "idem_job_file": str(job_path),
+            "idem_grain": grain,
+            "idem_target": str(target),
+        },
         kinds={"idem", "parquet"},
     )
     def _idem_asset(context) -> Iterator[Any]:  # AssetExecutionContext
@@ -385,87 +308,84 @@ def idem_job_asset(
 
     def _materialize_one(context: dg.AssetExecutionContext) -> Iterator[Any]:
         key = context.partition_key
-        args = ["run", job_arg, "--date", key, *var_args, "--json"]
-        if skip_fresh:
-            # `run --skip-fresh` is not an idem flag: a fresh single date goes through
-            # backfill, which reports it `fresh` without planning.
-            args = ["backfill", job_arg, "--from", key, "--to", key, "--skip-fresh",
-                    *var_args, "--json"]
-        result = run_idem(args, idem_bin=idem_bin, cwd=cwd, env=env, log=context.log)
-        if result.returncode != 0:
-            raise _failure(result, f"{job_name} {key}")
-        report = _single_report(result, key)
-        if report is None:
-            raise _failure(result, f"{job_name} {key}: idem printed no report")
-        md = partition_metadata(report)
-        md["idem_command"] = result.command
-        yield dg.MaterializeResult(metadata=md)
+        try:
+            if skip_fresh:
+                # `run` has no --skip-fresh: a fresh single date goes through a
+                # backfill, which reports it `fresh` without planning.
+                events = backfill(job_arg, key, key, skip_fresh=True, **common).wait()
+                reports = [e.report for e in events if isinstance(e, Done)]
+                if not reports:
+                    raise IdemError(f"idem reported no run of {key}", exit_code=1)
+                report = reports[-1]
+            else:
+                report = run(job_arg, key, **common)
+        except IdemError as e:
+            raise _failure(e, f"{job_name} {key}") from e
+        context.log.info(
+            "%s: %s",
+            key,
+            ", ".join(f"{p.partition} {p.action}" for p in report.partitions),
+        )
+        yield dg.MaterializeResult(metadata=partition_metadata(report))
 
     def _materialize_range(context: dg.AssetExecutionContext) -> Iterator[Any]:
         keys = list(context.partition_keys)
         first, last = context.partition_key_range.start, context.partition_key_range.end
-        args = ["backfill", job_arg, "--from", first, "--to", last, *var_args, "--json"]
-        if skip_fresh or context.retry_number > 0:
-            args.insert(-1, "--skip-fresh")
-        if concurrency is not None:
-            args[-1:-1] = ["--concurrency", str(concurrency)]
-        result = run_idem(args, idem_bin=idem_bin, cwd=cwd, env=env, log=context.log)
-        done, failed, summary = _backfill_events(result)
+        running = backfill(
+            job_arg,
+            first,
+            last,
+            skip_fresh=skip_fresh or context.retry_number > 0,
+            concurrency=concurrency,
+            check=False,
+            **common,
+        )
+        done: dict[str, RunReport] = {}
+        failed: dict[str, str] = {}
+        summary: dict[str, Any] = {}
+        for event in running:
+            if isinstance(event, Done):
+                done[event.logical_date] = event.report
+            elif isinstance(event, Failed):
+                failed[event.logical_date] = event.error
+            elif isinstance(event, Skipped):
+                failed[event.logical_date] = event.reason
+            elif isinstance(event, Summary):
+                summary = dict(event.__dict__)
         missing = [k for k in keys if k not in done]
-        if result.returncode != 0 or missing:
+        if running.exit_code != 0 or missing:
             # What was published is materialized even though the step fails.
             for k in keys:
                 if k in done:
-                    md = partition_metadata(done[k])
-                    md["idem_command"] = result.command
-                    yield dg.AssetMaterialization(asset_key=context.asset_key, partition=k, metadata=md)
-            errors = {k: failed[k].get("error", "") for k in keys if k in failed}
-            extra = {"failed_dates": dg.MetadataValue.json(errors)} if errors else {}
+                    yield dg.AssetMaterialization(
+                        asset_key=context.asset_key,
+                        partition=k,
+                        metadata=partition_metadata(done[k]),
+                    )
+            errors = {k: failed[k] for k in keys if k in failed}
+            extra: dict[str, Any] = (
+                {"failed_dates": dg.MetadataValue.json(errors)} if errors else {}
+            )
             if summary:
                 extra["idem_summary"] = dg.MetadataValue.json(summary)
             head = f"{job_name} {first}..{last}: {len(done)} of {len(keys)} dates done"
-            if result.returncode == 0:  # exit 0 yet a date unreported: do not trust it
-                result.returncode = 1
-            raise _failure(result, head, extra)
+            # Exit 0 yet a date unreported: do not trust it.
+            code = running.exit_code or 1
+            error = IdemError(
+                "; ".join(f"{k}: {v}" for k, v in errors.items())
+                or running.stderr.strip(),
+                exit_code=code,
+                command=["idem", *running.args],
+                stderr=running.stderr,
+            )
+            raise _failure(error, head, extra)
         for k in keys:
-            md = partition_metadata(done[k])
-            md["idem_command"] = result.command
-            context.add_asset_metadata(md, partition_key=k)
+            context.add_asset_metadata(partition_metadata(done[k]), partition_key=k)
         yield dg.MaterializeResult(
-            metadata={"idem_summary": dg.MetadataValue.json(summary or {})}
+            metadata={"idem_summary": dg.MetadataValue.json(summary)}
         )
 
     return _idem_asset
-
-
-def _single_report(result: IdemResult, key: str) -> Mapping[str, Any] | None:
-    for doc in result.json_docs:
-        if not isinstance(doc, Mapping):
-            continue
-        if "partitions" in doc:
-            return doc
-        if doc.get("event") == "done" and doc.get("logical_date") == key:
-            return doc.get("report")
-    return None
-
-
-def _backfill_events(
-    result: IdemResult,
-) -> tuple[dict[str, Mapping[str, Any]], dict[str, Mapping[str, Any]], dict[str, Any] | None]:
-    done: dict[str, Mapping[str, Any]] = {}
-    failed: dict[str, Mapping[str, Any]] = {}
-    summary: dict[str, Any] | None = None
-    for doc in result.json_docs:
-        if not isinstance(doc, Mapping):
-            continue
-        event = doc.get("event")
-        if event == "done" and isinstance(doc.get("report"), Mapping):
-            done[str(doc.get("logical_date"))] = doc["report"]
-        elif event in ("failed", "skipped"):
-            failed[str(doc.get("logical_date"))] = doc
-        elif event == "summary":
-            summary = dict(doc)
-    return done, failed, summary
 
 
 def idem_project_assets(
@@ -479,20 +399,23 @@ def idem_project_assets(
     """One asset per job of a project folder, with `deps` from `idem plan --json` (a job
     reading another job's table depends on it). Runs idem now, to read the plan.
     Every keyword of `idem_job_asset` but `deps` and `name` applies to each asset."""
-    result = run_idem(["plan", str(project_dir), "--json"], idem_bin=idem_bin, cwd=workdir)
-    if result.returncode != 0 or not result.json_docs:
-        raise RuntimeError(f"{result.command}: {result.explain()}\n{result.stderr}")
-    plan = result.json_docs[0]
+    planned = plan(project_dir, cwd=workdir, idem_bin=idem_bin)
     key_prefix = kwargs.get("key_prefix")
     prefix = [key_prefix] if isinstance(key_prefix, str) else list(key_prefix or [])
     assets = []
-    for job in plan:
-        job_file = Path(job["job_file"])
+    for job in planned:
+        job_file = Path(job.job_file)
         if workdir is not None and not job_file.is_absolute():
             job_file = Path(workdir) / job_file
-        deps = [dg.AssetKey([*prefix, _asset_name(up)]) for up in job.get("upstream", [])]
+        deps = [dg.AssetKey([*prefix, _asset_name(up)]) for up in job.upstream]
         assets.append(
-            idem_job_asset(job_file, start_date=start_date, workdir=workdir,
-                           idem_bin=idem_bin, deps=deps, **kwargs)
+            idem_job_asset(
+                job_file,
+                start_date=start_date,
+                workdir=workdir,
+                idem_bin=idem_bin,
+                deps=deps,
+                **kwargs,
+            )
         )
     return assets
