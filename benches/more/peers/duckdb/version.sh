@@ -1,0 +1,1 @@
+python -c "import duckdb; print('duckdb', duckdb.__version__)"

@@ -1,0 +1,3 @@
+#!/bin/bash
+source "$(dirname "$0")/../../../peers/idem/_common.sh"
+echo "idem $("$IDEM" --version | awk '{print $NF}')"

@@ -1,0 +1,1 @@
+python -c "import polars; print('polars', polars.__version__)"

@@ -1,0 +1,1 @@
+python -c "import pyarrow; print('pyarrow', pyarrow.__version__)"
