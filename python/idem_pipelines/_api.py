@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -525,6 +526,27 @@ class Backfill(Iterator[Event]):
     def reports(self) -> list[RunReport]:
         """The reports of the dates done so far."""
         return [e.report for e in self.events if isinstance(e, Done)]
+
+    def interrupt(self) -> None:
+        """Asks a backfill still running to stop as a Ctrl-C does: the running dates
+        finish, no more start. Returns at once; iterate on (or `close`) to see the end.
+        (A killed backfill is safe too: every partition is old or new.)"""
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGINT)
+
+    def close(self) -> None:
+        """Interrupts the backfill if it still runs, and waits for it to end; raises
+        nothing (see `exit_code` and `events`)."""
+        self.interrupt()
+        self.check = False
+        for _ in self:
+            pass
+
+    def __enter__(self) -> Backfill:  # noqa: PYI034 (typing.Self is 3.11+)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __del__(self) -> None:
         proc = getattr(self, "_proc", None)

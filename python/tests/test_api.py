@@ -259,3 +259,28 @@ def test_dates_and_plan_of_a_project(lake: Path):
     assert all(fct[u.date] in u.after for u in sales)
     planned = {j.job: j for j in idem.plan("testdata/jobs", cwd=lake)}
     assert planned["daily_sales"].upstream == ["fct_orders"]
+
+
+def test_closing_a_backfill_stops_it_after_the_running_date(lake: Path, tmp_path: Path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    with idem.backfill(
+        FCT,
+        "2026-06-01",
+        "2026-06-05",
+        cwd=lake,
+        concurrency=1,
+        oldest_first=True,
+        check=False,
+        env={"IDEM_FAILPOINTS": f"before_publish=pause:{gate}"},
+    ) as running:
+        assert isinstance(next(running), idem.Started)
+        deadline = time.monotonic() + 120
+        while not (gate / "before_publish.paused").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # The stop is asked for while the first date waits before its publish.
+        running.interrupt()
+        (gate / "before_publish.resume").touch()
+    status = idem.status("lake/analytics/fct_orders", cwd=lake)
+    assert [p.partition for p in status.partitions] == ["dt=2026-06-01"]
