@@ -105,6 +105,11 @@ struct RunArgs {
     /// ones (to apply changed writer settings such as compression or file size).
     #[arg(long)]
     rewrite: bool,
+    /// Measure the run: the time of each stage (planning, listing, reading and
+    /// computing, encoding, finishing files, checks, publishing), rows/s and bytes/s
+    /// (`run` only).
+    #[arg(long)]
+    profile: bool,
 }
 
 #[derive(Args, Debug)]
@@ -251,6 +256,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 cluster: cluster::parse(args.cluster.as_deref())?,
                 rewrite: args.rewrite,
                 commit_with: None,
+                profile: args.profile,
             };
             let progress = render::Progress::new(!args.json && std::io::stderr().is_terminal());
             let report = runtime()?.block_on(idem_engine::run::run(
@@ -266,6 +272,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Backfill(args) => backfill::backfill(args),
         Command::Dates(args) => backfill::dates(args),
         Command::Verify(args) => {
+            if args.profile {
+                return Err(idem_engine::Error::Argument {
+                    message: "--profile measures `idem run`, not `verify`".into(),
+                }
+                .into());
+            }
             let job = Job::load(&args.job)?;
             let opts = RunOptions {
                 date: args.date.clone(),

@@ -131,6 +131,38 @@ pub fn report(r: &RunReport) {
             m.files_kept
         );
     }
+    if let Some(p) = &r.profile {
+        profile(p);
+    }
+}
+
+/// `run --profile`: the stages (adding up to the wall time), the threads' time, and
+/// the throughput.
+fn profile(p: &idem_engine::run::profile::Profile) {
+    let per_s = |n: f64| bytes(n as u64);
+    println!(
+        "profile: {} rows/s; read {} ({}/s), wrote {} ({}/s)",
+        thousands(p.rows_per_s as u64),
+        bytes(p.input_bytes),
+        per_s(p.input_bytes_per_s),
+        bytes(p.output_bytes),
+        per_s(p.output_bytes_per_s)
+    );
+    let width = column_width(p.stages.iter().map(|s| s.stage)).max("stage".len());
+    println!("  {:<width$}  {:>10}  {:>6}", "stage", "ms", "%");
+    for s in &p.stages {
+        println!(
+            "  {:<width$}  {:>10.1}  {:>5.1}%",
+            s.stage,
+            s.ms,
+            100.0 * s.ms / p.wall_ms.max(1e-9)
+        );
+    }
+    println!("  {:<width$}  {:>10.1}", "wall time", p.wall_ms);
+    println!(
+        "  threads: encoding {:.1} ms, digest {:.1} ms, fsync {:.1} ms (summed over threads)",
+        p.threads_ms.encoding, p.threads_ms.digest, p.threads_ms.fsync
+    );
 }
 
 pub fn status(s: &TableStatus) {

@@ -99,6 +99,7 @@ pub async fn backfill(
             cluster: opts.cluster.clone(),
             rewrite: opts.rewrite,
             commit_with: batch.clone(),
+            profile: false,
         };
         let on_event = Arc::clone(&on_event);
         let running = Arc::clone(&running);

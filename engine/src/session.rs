@@ -92,7 +92,11 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
     ctx.register_udf(IdemKey::udf());
     ctx.register_udf(crate::key::DedupeUnique::udf());
     for s in &job.sources {
+        let started = std::time::Instant::now();
         register(&ctx, job, s).await?;
+        if idem_io::profile::enabled() {
+            idem_io::profile::add_since(idem_io::profile::Counter::Listing, started);
+        }
     }
     Ok(ctx)
 }

@@ -135,11 +135,13 @@ impl FieldEncoder {
                 (array, queued, writers)
             };
             let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let leaves = compute_leaves(&self.field, &array)?;
-                writers
-                    .iter_mut()
-                    .zip(&leaves)
-                    .try_for_each(|(w, leaf)| w.write(leaf))
+                crate::profile::timed(crate::profile::Counter::Encoding, || {
+                    let leaves = compute_leaves(&self.field, &array)?;
+                    writers
+                        .iter_mut()
+                        .zip(&leaves)
+                        .try_for_each(|(w, leaf)| w.write(leaf))
+                })
             }))
             .unwrap_or_else(|_| {
                 Err(ParquetError::General(format!(
@@ -216,8 +218,9 @@ impl RowGroupEncoder {
                 Arc::clone(&queued),
             );
             rayon::spawn(move || {
-                let hashed =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| digest_batch(&batch)));
+                let hashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    crate::profile::timed(crate::profile::Counter::Digest, || digest_batch(&batch))
+                }));
                 match hashed {
                     Ok(d) => digest.lock().expect("digest lock").merge(d),
                     Err(_) => {

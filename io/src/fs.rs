@@ -108,7 +108,9 @@ pub fn write(file: &mut File, path: &Path, buf: &[u8]) -> std::io::Result<usize>
 }
 
 pub fn sync(file: &File, path: &Path) -> std::io::Result<()> {
-    guarded("fsync", path, || file.sync_all())
+    crate::profile::timed(crate::profile::Counter::Fsync, || {
+        guarded("fsync", path, || file.sync_all())
+    })
 }
 
 pub fn read(path: &Path) -> std::io::Result<Vec<u8>> {

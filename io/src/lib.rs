@@ -17,6 +17,7 @@ pub mod hive;
 pub mod layout;
 pub mod log;
 pub mod manifest;
+pub mod profile;
 pub mod staged;
 pub mod store;
 pub mod table;

@@ -540,3 +540,88 @@ fn a_job_with_checks_stages_and_checks_every_run() {
         vec![("dt=2026-06-03".to_string(), "unchanged".to_string())]
     );
 }
+
+/// `run --profile`: the stages add up to the run's wall time, which is the report's
+/// elapsed time; the throughput is the rows and bytes over it, the input bytes are
+/// the sizes of the files the day read; and the human output shows the same table.
+#[test]
+fn a_profile_adds_up_to_the_runs_wall_time() {
+    let lake = Lake::new();
+    let day = "2026-06-02";
+    let input: u64 =
+        std::fs::read_dir(lake.join(&format!("testdata/lake/raw/orders/created_date={day}")))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+    let check = |report: &serde_json::Value, expect: &[&str]| {
+        let p = &report["profile"];
+        let wall = p["wall_ms"].as_f64().unwrap();
+        let stages = p["stages"].as_array().unwrap();
+        let names: Vec<&str> = stages
+            .iter()
+            .map(|s| s["stage"].as_str().unwrap())
+            .collect();
+        for e in expect {
+            assert!(names.contains(e), "no stage {e}: {names:?}");
+        }
+        let sum: f64 = stages.iter().map(|s| s["ms"].as_f64().unwrap()).sum();
+        assert!(
+            (sum - wall).abs() <= 0.5 + wall * 0.01,
+            "stages {sum} ms, wall {wall} ms: {p}"
+        );
+        let elapsed = report["elapsed_ms"].as_f64().unwrap();
+        assert!(
+            (elapsed - wall).abs() <= 5.0,
+            "elapsed {elapsed} ms, wall {wall} ms"
+        );
+        let rows = report["rows"].as_f64().unwrap();
+        let per_s = p["rows_per_s"].as_f64().unwrap();
+        assert!(
+            (per_s - rows / (wall / 1e3)).abs() <= per_s * 0.01 + 1.0,
+            "{p}"
+        );
+        assert_eq!(p["input_bytes"], input, "{p}");
+        let written: u64 = report["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["action"] == "written")
+            .map(|p| p["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(p["output_bytes"], written, "{p}");
+    };
+    let first = lake.idem_ok(&["run", FCT, "--date", day, "--profile", "--json"]);
+    check(
+        &first[0],
+        &[
+            "listing sources",
+            "planning",
+            "reading and computing",
+            "encoding and digest",
+            "finishing files",
+            "publishing",
+        ],
+    );
+    let threads = &first[0]["profile"]["threads_ms"];
+    assert!(threads["encoding"].as_f64().unwrap() > 0.0, "{threads}");
+    assert!(threads["digest"].as_f64().unwrap() > 0.0, "{threads}");
+    assert!(threads["fsync"].as_f64().unwrap() > 0.0, "{threads}");
+    // An unchanged re-run compares instead of publishing.
+    let again = lake.idem_ok(&["run", FCT, "--date", day, "--profile", "--json"]);
+    assert_eq!(again[0]["partitions"][0]["action"], "unchanged");
+    check(&again[0], &["planning"]);
+
+    let out = lake.idem(&["run", FCT, "--date", day, "--profile"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("profile: ") && text.contains("rows/s"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wall time") && text.contains("planning"),
+        "{text}"
+    );
+    let out = lake.idem(&["verify", FCT, "--date", day, "--profile"]);
+    assert_eq!(out.status.code(), Some(2));
+}

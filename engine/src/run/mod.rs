@@ -12,6 +12,7 @@ mod explain;
 pub mod fresh;
 mod lifecycle;
 pub mod plan;
+pub mod profile;
 mod publish;
 pub mod report;
 pub(crate) mod stage;
@@ -40,8 +41,23 @@ use publish::{Publishing, owned_partitions, publish_all};
 use stage::{Kept, finalize, stage};
 use unchanged::{confirm_unchanged, may_confirm_unchanged};
 
-/// Plans and executes a run, publishing its partitions.
+/// Plans and executes a run, publishing its partitions; with `opts.profile`, the
+/// report carries where its time went.
 pub async fn run(job: &Job, opts: &RunOptions, observer: Arc<dyn Observer>) -> Result<RunReport> {
+    if !opts.profile {
+        return run_observed(job, opts, observer).await;
+    }
+    let profiler = profile::Profiler::start(observer);
+    let mut report = run_observed(job, opts, Arc::clone(&profiler) as _).await?;
+    report.profile = Some(profiler.finish(&report));
+    Ok(report)
+}
+
+async fn run_observed(
+    job: &Job,
+    opts: &RunOptions,
+    observer: Arc<dyn Observer>,
+) -> Result<RunReport> {
     let started = Instant::now();
     let job = &on_cluster(job, opts)?;
     let fresh = if opts.skip_fresh || may_confirm_unchanged(job) {
@@ -252,6 +268,10 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         };
         let schema_desc = describe_schema(&output, &job.target.partition_by);
         let inputs = run_info.inputs.len();
+        if idem_io::profile::enabled() {
+            let bytes = run_info.inputs.iter().map(|f| f.size).sum();
+            idem_io::profile::set(idem_io::profile::Counter::InputBytes, bytes);
+        }
         let data_schema = Arc::clone(Router::new(&output, &job.target.partition_by).data_schema());
 
         let staged = match &job.execution.cluster {

@@ -25,6 +25,9 @@ pub struct RunOptions {
     /// committing them (a Delta table's backfill made one snapshot; see
     /// [`crate::backfill::BackfillOptions::atomic`]).
     pub commit_with: Option<String>,
+    /// Measure where the run's time goes ([`crate::run::profile`]); one run per
+    /// process at a time.
+    pub profile: bool,
 }
 
 impl RunOptions {
@@ -95,6 +98,9 @@ pub struct RunReport {
     /// ran in this process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+    /// `--profile`: the time of each stage, and the throughput.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<super::profile::Profile>,
 }
 
 impl RunReport {
@@ -121,6 +127,7 @@ impl RunReport {
             warnings: Vec::new(),
             merge: None,
             cluster: None,
+            profile: None,
         }
     }
 }

@@ -52,8 +52,10 @@ pub(super) async fn stage(
     let kept = Arc::clone(kept);
     let job_path = job.path.clone();
     drive(job, ctx, plan, router, observer, move |rx, rows_seen| {
+        use idem_io::profile::{Counter, timed};
         let mut writers: Writers = BTreeMap::new();
-        while let Some((p, batch)) = rx.blocking_recv() {
+        while let Some((p, batch)) = timed(Counter::Waiting, || rx.blocking_recv()) {
+            let handed = std::time::Instant::now();
             let w = match writers.get_mut(&p) {
                 Some(w) => w,
                 None => {
@@ -78,6 +80,9 @@ pub(super) async fn stage(
                 partition,
                 source,
             })?;
+            if idem_io::profile::enabled() {
+                idem_io::profile::add_since(Counter::Writing, handed);
+            }
         }
         Ok(writers)
     })

@@ -69,11 +69,16 @@ pub(super) async fn confirm_unchanged(
         source,
     };
     let root = table.location();
-    let inputs = inputs_of(&plan, &job)
+    let inputs: Vec<_> = inputs_of(&plan, &job)
         .await
         .into_iter()
         .filter(|f| !f.path.starts_with(&root))
-        .count();
+        .collect();
+    if idem_io::profile::enabled() {
+        let bytes = inputs.iter().map(|f| f.size).sum();
+        idem_io::profile::set(idem_io::profile::Counter::InputBytes, bytes);
+    }
+    let inputs = inputs.len();
     let compared = async {
         // What the full run would replace: every partition the window owns (the live
         // ones, and the window's own, created empty when missing), taken after the
