@@ -87,3 +87,18 @@ def table(rows, baseline, title):
             f"| {engine} | {ver} | **{med:.2f}** | {min(t):.2f}-{max(t):.2f} | {max(m):.0f} "
             f"| {ratio} | {status} |"
         )
+
+
+def runs(cmd, env, repeat):
+    """Runs `cmd` once untimed (the first write), then `repeat` timed times: (wall
+    seconds, peak RSS MiB) of the timed runs, and "ok" or the first failure."""
+    times, rss = [], []
+    try:
+        timed(cmd, env)
+        for _ in range(repeat):
+            t, m = timed(cmd, env)
+            times.append(t)
+            rss.append(m)
+    except RuntimeError as e:
+        return times, rss, str(e).splitlines()[0][:120]
+    return times, rss, "ok"

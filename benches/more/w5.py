@@ -27,9 +27,9 @@ from common import (
     SHARED,
     command,
     free_port,
+    runs,
     shared_harness,
     table,
-    timed,
     version,
 )
 
@@ -123,16 +123,7 @@ def main():
                 "--date",
                 date,
             ]
-            status = "ok"
-            times, rss = [], []
-            try:
-                timed(cmd, env)  # the first write, untimed
-                for _ in range(a.repeat):
-                    t, m = timed(cmd, env)
-                    times.append(t)
-                    rss.append(m)
-            except RuntimeError as e:
-                status = str(e).splitlines()[0][:120]
+            times, rss, status = runs(cmd, env, a.repeat)
             if times:
                 local = os.path.join(work, bucket)
                 from pyarrow import fs

@@ -22,7 +22,7 @@ import shutil
 import sys
 import tempfile
 
-from common import HERE, command, table, timed, version
+from common import HERE, command, runs, table, version
 
 QUERY = """
 select l.l_orderkey, l.l_linenumber, o.o_custkey, c.c_name, n.n_name as nation,
@@ -177,15 +177,7 @@ def main():
                 "--days",
                 str(a.days),
             ]
-            status, times, rss = "ok", [], []
-            try:
-                timed(cmd, env)  # the first backfill, untimed
-                for _ in range(a.repeat):
-                    t, m = timed(cmd, env)
-                    times.append(t)
-                    rss.append(m)
-            except RuntimeError as e:
-                status = str(e).splitlines()[0][:120]
+            times, rss, status = runs(cmd, env, a.repeat)
             if times:
                 status = check(con, os.path.join(out, "ship_revenue"), want)
             rows.append((engine, version(engine, a.peers, env), times, rss, status))
