@@ -219,26 +219,34 @@ fn text(s: &str, max: bool) -> Option<(Key, Value)> {
 mod tests {
     use super::*;
     use arrow::array::{Int64Array, RecordBatch, StringArray};
-    use arrow::datatypes::Field;
+    use arrow::datatypes::{Field, SchemaRef};
     use std::sync::Arc;
 
-    #[test]
-    fn min_max_and_nulls_span_row_groups() {
+    /// The stats of `columns` written to a file in row groups of two rows.
+    fn stats_in_row_groups_of_two(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Value {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.parquet");
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("n", DataType::Int64, true),
-            Field::new("s", DataType::Utf8, true),
-        ]));
         let props = parquet::file::properties::WriterProperties::builder()
             .set_max_row_group_row_count(Some(2))
             .build();
         let file = std::fs::File::create(&path).unwrap();
         let mut w =
             parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props)).unwrap();
+        w.write(&RecordBatch::try_new(schema.clone(), columns).unwrap())
+            .unwrap();
+        w.close().unwrap();
+        serde_json::from_str(&of_file(&path, schema).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn min_max_and_nulls_span_row_groups() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
         let long = "x".repeat(40);
-        let batch = RecordBatch::try_new(
-            schema.clone(),
+        let stats = stats_in_row_groups_of_two(
+            &schema,
             vec![
                 Arc::new(Int64Array::from(vec![Some(5), None, Some(-3), Some(9)])),
                 Arc::new(StringArray::from(vec![
@@ -248,11 +256,7 @@ mod tests {
                     Some(long.as_str()),
                 ])),
             ],
-        )
-        .unwrap();
-        w.write(&batch).unwrap();
-        w.close().unwrap();
-        let stats: Value = serde_json::from_str(&of_file(&path, &schema).unwrap()).unwrap();
+        );
         assert_eq!(stats["numRecords"], json!(4));
         assert_eq!(stats["minValues"]["n"], json!(-3));
         assert_eq!(stats["maxValues"]["n"], json!(9));
@@ -265,28 +269,16 @@ mod tests {
 
     #[test]
     fn a_row_group_of_only_nulls_does_not_hide_the_others_bounds() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.parquet");
         let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
-        let props = parquet::file::properties::WriterProperties::builder()
-            .set_max_row_group_row_count(Some(2))
-            .build();
-        let file = std::fs::File::create(&path).unwrap();
-        let mut w =
-            parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props)).unwrap();
-        let batch = RecordBatch::try_new(
-            schema.clone(),
+        let stats = stats_in_row_groups_of_two(
+            &schema,
             vec![Arc::new(Int64Array::from(vec![
                 None,
                 None,
                 Some(7),
                 Some(2),
             ]))],
-        )
-        .unwrap();
-        w.write(&batch).unwrap();
-        w.close().unwrap();
-        let stats: Value = serde_json::from_str(&of_file(&path, &schema).unwrap()).unwrap();
+        );
         assert_eq!(stats["minValues"]["n"], json!(2));
         assert_eq!(stats["maxValues"]["n"], json!(7));
         assert_eq!(stats["nullCount"]["n"], json!(2));
