@@ -15,12 +15,16 @@ use datafusion::datasource::listing::{
 };
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::cache::cache_manager::{
+    CacheManager, CacheManagerConfig, FileMetadataCache, FileStatisticsCache,
+};
 use datafusion::execution::context::{SessionConfig, SessionContext};
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::TryStreamExt;
 use idem_io::hive::PartitionPath;
 use idem_io::manifest::InputFile;
-use object_store::ObjectMeta;
+use object_store::{ObjectMeta, ObjectStoreExt};
 
 use crate::error::{Error, Result};
 use crate::job::{Format, Job, Source};
@@ -87,7 +91,7 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
         .options_mut()
         .execution
         .listing_table_ignore_subdirectory = false;
-    let ctx = SessionContext::new_with_config(config);
+    let ctx = SessionContext::new_with_config_rt(config, runtime());
     ctx.add_optimizer_rule(Arc::new(crate::utc_date::UtcDateRule::new()));
     ctx.register_udf(IdemKey::udf());
     ctx.register_udf(crate::key::DedupeUnique::udf());
@@ -99,6 +103,36 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
         }
     }
     Ok(ctx)
+}
+
+/// The runtime of a session. DataFusion's list-files cache is off: on a miss it lists
+/// a whole table to serve one partition's prefix, and then prunes every cached file
+/// one by one (a second a day for a lake of a few thousand partitions); without it a
+/// filter on the partition columns lists only their directories. The footer and
+/// statistics caches are the process's, shared by every run in it (the dates of a
+/// backfill re-read the same dimension files): an entry serves a file only while its
+/// size and modification time are the ones it was read at.
+fn runtime() -> Arc<RuntimeEnv> {
+    static CACHES: std::sync::OnceLock<(Arc<FileStatisticsCache>, Arc<FileMetadataCache>)> =
+        std::sync::OnceLock::new();
+    let (statistics, footers) = CACHES.get_or_init(|| {
+        let shared = CacheManager::try_new(&CacheManagerConfig::default())
+            .expect("the default caches are valid");
+        (
+            shared
+                .get_file_statistic_cache()
+                .expect("the default statistics cache is on"),
+            shared.get_file_metadata_cache(),
+        )
+    });
+    let caches = CacheManagerConfig::default()
+        .with_list_files_cache_limit(0)
+        .with_file_statistics_cache(Some(Arc::clone(statistics)))
+        .with_file_metadata_cache(Some(Arc::clone(footers)));
+    RuntimeEnvBuilder::new()
+        .with_cache_manager(caches)
+        .build_arc()
+        .expect("a runtime of the default settings and these caches is valid")
 }
 
 async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
@@ -520,23 +554,171 @@ async fn infer_schema(
         .runtime_env()
         .object_store(url)
         .map_err(Inference::Failed)?;
-    let mut files: Vec<ObjectMeta> = url
-        .list_all_files(state, store.as_ref(), extension)
-        .await
-        .map_err(Inference::Failed)?
-        .try_collect()
-        .await
-        .map_err(Inference::Failed)?;
-    files.retain(|f| f.size > 0);
-    files.sort_by(|a, b| a.location.cmp(&b.location));
-    let Some(newest) = files.last() else {
+    let newest = if url.is_collection() {
+        let ignore_subdirectory = state
+            .config_options()
+            .execution
+            .listing_table_ignore_subdirectory;
+        let eligible = |f: &ObjectMeta| {
+            f.size > 0
+                && f.location.as_ref().ends_with(extension)
+                && url.contains(&f.location, ignore_subdirectory)
+        };
+        let local = (url.scheme() == "file")
+            .then(|| url.get_url().to_file_path().ok())
+            .flatten();
+        last_file(store.as_ref(), url.prefix(), local, eligible)
+            .await
+            .map_err(|e| Inference::Failed(e.into()))?
+    } else {
+        let mut files: Vec<ObjectMeta> = url
+            .list_all_files(state, store.as_ref(), extension)
+            .await
+            .map_err(Inference::Failed)?
+            .try_collect()
+            .await
+            .map_err(Inference::Failed)?;
+        files.retain(|f| f.size > 0);
+        files.into_iter().max_by(|a, b| a.location.cmp(&b.location))
+    };
+    let Some(newest) = newest else {
         return Err(Inference::NoFiles);
     };
     options
         .format
-        .infer_schema(state, &store, std::slice::from_ref(newest))
+        .infer_schema(state, &store, std::slice::from_ref(&newest))
         .await
         .map_err(Inference::Failed)
+}
+
+/// The last file under `prefix`, in the order of full paths, for which `eligible`
+/// holds: found by listing one directory at a time from the last entry down, so a
+/// lake of thousands of partition directories costs two or three listings, not a
+/// walk of the tree (it is the walk when no file qualifies). `local` is the
+/// directory `prefix` names on this machine, listed without the store: the local
+/// store's listing opens every subdirectory to guard against symlink loops, which
+/// is most of its cost on a partitioned lake and not needed one level at a time.
+async fn last_file(
+    store: &dyn object_store::ObjectStore,
+    prefix: &object_store::path::Path,
+    local: Option<std::path::PathBuf>,
+    eligible: impl Fn(&ObjectMeta) -> bool,
+) -> object_store::Result<Option<ObjectMeta>> {
+    let mut stack = vec![children(store, Dir::new(prefix.clone(), local)).await?];
+    while let Some(level) = stack.last_mut() {
+        match level.pop() {
+            None => {
+                stack.pop();
+            }
+            Some(Entry::File(f)) => {
+                if eligible(&f) {
+                    return Ok(Some(f));
+                }
+            }
+            Some(Entry::LocalFile(location)) => match store.head(&location).await {
+                Ok(f) if eligible(&f) => return Ok(Some(f)),
+                // Removed since it was listed: as if it had not been there.
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            },
+            Some(Entry::Dir(d)) => {
+                let below = children(store, d).await?;
+                stack.push(below);
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A directory of a source: its store path, and its path on this machine when local.
+struct Dir {
+    path: object_store::path::Path,
+    local: Option<std::path::PathBuf>,
+}
+
+impl Dir {
+    fn new(path: object_store::path::Path, local: Option<std::path::PathBuf>) -> Self {
+        Self { path, local }
+    }
+}
+
+enum Entry {
+    Dir(Dir),
+    File(ObjectMeta),
+    /// A local file not yet stated.
+    LocalFile(object_store::path::Path),
+}
+
+/// The entries of `dir`, sorted so that the last one holds the last path: a
+/// directory sorts by its path and a `/`, which every path below it starts with.
+async fn children(
+    store: &dyn object_store::ObjectStore,
+    dir: Dir,
+) -> object_store::Result<Vec<Entry>> {
+    let mut entries: Vec<(String, Entry)> = match dir.local {
+        Some(local) => crate::blocking(move || local_children(&local))
+            .await
+            .map_err(|source| object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: Box::new(source),
+            })?,
+        None => {
+            let listed = store.list_with_delimiter(Some(&dir.path)).await?;
+            listed
+                .common_prefixes
+                .into_iter()
+                .map(|d| (format!("{d}/"), Entry::Dir(Dir::new(d, None))))
+                .chain(
+                    listed
+                        .objects
+                        .into_iter()
+                        .map(|f| (f.location.to_string(), Entry::File(f))),
+                )
+                .collect()
+        }
+    };
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(entries.into_iter().map(|(_, e)| e).collect())
+}
+
+/// A local directory's entries under their store paths, as the local store lists
+/// them: symlinks followed, names it cannot represent and its own in-progress files
+/// (`name#123`) left out.
+fn local_children(dir: &std::path::Path) -> std::io::Result<Vec<(String, Entry)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let mut kind = entry.file_type()?;
+        if kind.is_symlink() {
+            match std::fs::metadata(&path) {
+                Ok(m) => kind = m.file_type(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let Ok(location) = object_store::path::Path::from_absolute_path(&path) else {
+            continue;
+        };
+        if kind.is_dir() {
+            out.push((
+                format!("{location}/"),
+                Entry::Dir(Dir::new(location, Some(path))),
+            ));
+        } else if local_store_lists(&location) {
+            out.push((location.to_string(), Entry::LocalFile(location)));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the local store lists a file of this name: not its own staged uploads,
+/// named `name#123`.
+fn local_store_lists(location: &object_store::path::Path) -> bool {
+    match location.filename().and_then(|n| n.split_once('#')) {
+        Some((_, suffix)) => suffix.is_empty() || !suffix.bytes().all(|b| b.is_ascii_digit()),
+        None => location.filename().is_some(),
+    }
 }
 
 /// The suffix of the files a source reads: as configured, else the format's for a
@@ -691,4 +873,91 @@ pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], data_fault: bool) -> Opt
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::local::LocalFileSystem;
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+    use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+    use proptest::prelude::*;
+
+    use super::last_file;
+
+    /// Names that sort around each other's prefixes: `a` < `a.parquet` < `a/…` < `a=1`
+    /// < `ab`, and partition directories whose text order is not their numeric one.
+    const NAMES: [&str; 8] = [
+        "a",
+        "a.parquet",
+        "a=1",
+        "a=10",
+        "a=2",
+        "ab",
+        "b.parquet",
+        "b.csv",
+    ];
+
+    fn tree() -> impl Strategy<Value = Vec<(Vec<usize>, bool)>> {
+        prop::collection::vec(
+            (prop::collection::vec(0..NAMES.len(), 1..4), any::<bool>()),
+            0..24,
+        )
+    }
+
+    proptest! {
+        /// The descent finds what sorting a listing of every file would: the last
+        /// path among the files that qualify (here: not empty, a `.parquet` name), in
+        /// a store and in a local directory.
+        #[test]
+        fn the_last_file_is_the_last_of_a_full_listing(files in tree()) {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .build()
+                .unwrap();
+            let eligible = |f: &object_store::ObjectMeta| {
+                f.size > 0 && f.location.as_ref().ends_with(".parquet")
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().join("t");
+            std::fs::create_dir(&root).unwrap();
+            let memory = InMemory::new();
+            for (segments, empty) in &files {
+                let names: Vec<&str> = segments.iter().map(|&i| NAMES[i]).collect();
+                let body: &'static [u8] = if *empty { b"" } else { b"x" };
+                let key = format!("t/{}", names.join("/"));
+                runtime
+                    .block_on(memory.put(&Path::from(key), PutPayload::from_static(body)))
+                    .unwrap();
+                // On disk a name is a file or a directory, never both: the first wins.
+                let file = names.iter().fold(root.clone(), |p, n| p.join(n));
+                if std::fs::create_dir_all(file.parent().unwrap()).is_ok() && !file.exists() {
+                    std::fs::write(&file, body).unwrap();
+                }
+            }
+            let local = LocalFileSystem::new();
+            let prefix = Path::from_absolute_path(&root).unwrap();
+            let last_listed = |store: &dyn ObjectStore, prefix: &Path| {
+                let all: Vec<_> = runtime
+                    .block_on(futures::TryStreamExt::try_collect::<Vec<_>>(
+                        store.list(Some(prefix)),
+                    ))
+                    .unwrap();
+                all.into_iter()
+                    .filter(eligible)
+                    .map(|f| f.location)
+                    .max_by(|a, b| a.as_ref().cmp(b.as_ref()))
+            };
+            let in_memory = runtime
+                .block_on(last_file(&memory, &Path::from("t"), None, eligible))
+                .unwrap()
+                .map(|f| f.location);
+            prop_assert_eq!(in_memory, last_listed(&memory, &Path::from("t")));
+            let on_disk = runtime
+                .block_on(last_file(&local, &prefix, Some(root.clone()), eligible))
+                .unwrap()
+                .map(|f| f.location);
+            prop_assert_eq!(on_disk, last_listed(&local, &prefix));
+        }
+    }
 }
