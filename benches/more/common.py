@@ -2,6 +2,7 @@
 checks), contestants' commands, timing with /usr/bin/time, and the result table."""
 
 import importlib.util
+import json
 import os
 import socket
 import statistics
@@ -66,9 +67,17 @@ def version(engine, peers, env):
     return out.stdout.strip() or engine
 
 
-def table(rows, baseline, title):
+def table(rows, baseline, title, json_path=None):
     """Prints the markdown table of `rows` (engine, version, times, RSS, check), with
-    each median over `baseline`'s."""
+    each median over `baseline`'s; with `json_path`, also writes the rows there (for
+    benches/all.sh's one report)."""
+    if json_path:
+        with open(json_path, "w") as f:
+            records = [
+                {"engine": e, "version": v, "wall_s": t, "rss_mib": m, "check": c}
+                for e, v, t, m, c in rows
+            ]
+            json.dump({"title": title, "records": records}, f, indent=1)
     base = next(
         (statistics.median(t) for e, _, t, _, _ in rows if e == baseline and t), None
     )

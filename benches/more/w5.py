@@ -76,6 +76,7 @@ def main():
         "--data", default=os.path.join(tempfile.gettempdir(), "idem-bench-data")
     )
     ap.add_argument("--peers", default=os.path.join(HERE, "peers"))
+    ap.add_argument("--json", help="also write the results to this file")
     a = ap.parse_args()
 
     harness = shared_harness(a.bench)
@@ -142,6 +143,7 @@ def main():
         "idem-write",
         f"W5: one day of {a.rows_per_day:,} raw rows written to moto on 127.0.0.1, replacing "
         f"dt={date}; median of {a.repeat} timed runs",
+        json_path=a.json,
     )
 
 

@@ -152,6 +152,7 @@ def main():
         "--data", default=os.path.join(tempfile.gettempdir(), "idem-bench-data")
     )
     ap.add_argument("--peers", default=os.path.join(HERE, "peers"))
+    ap.add_argument("--json", help="also write the results to this file")
     a = ap.parse_args()
     import duckdb
 
@@ -190,6 +191,7 @@ def main():
         "idem-write",
         f"W6: TPC-H sf {sf}, {a.days}-day backfill from {a.start} of lineitem x orders x customer "
         f"x nation per ship date ({total:,} rows); median of {a.repeat} timed runs",
+        json_path=a.json,
     )
 
 
