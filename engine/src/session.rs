@@ -82,9 +82,11 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
         .with_batch_size(32 * 1024)
         .with_information_schema(true)
         .with_extension(Arc::new(ReadFiles::default()));
-    // Pushing filters into the Parquet decoder lets row-group and page statistics
-    // skip data the transform filters out anyway.
-    config.options_mut().execution.parquet.pushdown_filters = true;
+    // Filters are not evaluated inside the Parquet decoder (DataFusion's default):
+    // row-group and page statistics still skip what a filter rules out, and decoding
+    // the rest and filtering after is cheaper for the filters jobs have (a status, a
+    // join's keys probed row by row against a dimension).
+    config.options_mut().execution.parquet.pushdown_filters = false;
     // Match globs against the whole path below their prefix (`raw/*/x.csv`), and read
     // the files of nested directories of a directory source.
     config
@@ -630,15 +632,22 @@ async fn last_file(
     Ok(None)
 }
 
-/// A directory of a source: its store path, and its path on this machine when local.
+/// A directory of a source: its store path, and its path on this machine when local,
+/// with the (device, inode) of every local directory above it on the way down (a
+/// symlink back to one of them is a loop, not descended).
 struct Dir {
     path: object_store::path::Path,
     local: Option<std::path::PathBuf>,
+    above: Vec<(u64, u64)>,
 }
 
 impl Dir {
     fn new(path: object_store::path::Path, local: Option<std::path::PathBuf>) -> Self {
-        Self { path, local }
+        Self {
+            path,
+            local,
+            above: Vec::new(),
+        }
     }
 }
 
@@ -656,7 +665,7 @@ async fn children(
     dir: Dir,
 ) -> object_store::Result<Vec<Entry>> {
     let mut entries: Vec<(String, Entry)> = match dir.local {
-        Some(local) => crate::blocking(move || local_children(&local))
+        Some(local) => crate::blocking(move || local_children(&local, dir.above))
             .await
             .map_err(|source| object_store::Error::Generic {
                 store: "LocalFileSystem",
@@ -683,8 +692,19 @@ async fn children(
 
 /// A local directory's entries under their store paths, as the local store lists
 /// them: symlinks followed, names it cannot represent and its own in-progress files
-/// (`name#123`) left out.
-fn local_children(dir: &std::path::Path) -> std::io::Result<Vec<(String, Entry)>> {
+/// (`name#123`) left out. No entries when `dir` is one of the directories `above`
+/// it (a symlink loop).
+fn local_children(
+    dir: &std::path::Path,
+    mut above: Vec<(u64, u64)>,
+) -> std::io::Result<Vec<(String, Entry)>> {
+    use std::os::unix::fs::MetadataExt;
+    let itself = std::fs::metadata(dir)?;
+    let id = (itself.dev(), itself.ino());
+    if above.contains(&id) {
+        return Ok(Vec::new());
+    }
+    above.push(id);
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -701,10 +721,12 @@ fn local_children(dir: &std::path::Path) -> std::io::Result<Vec<(String, Entry)>
             continue;
         };
         if kind.is_dir() {
-            out.push((
-                format!("{location}/"),
-                Entry::Dir(Dir::new(location, Some(path))),
-            ));
+            let below = Dir {
+                path: location.clone(),
+                local: Some(path),
+                above: above.clone(),
+            };
+            out.push((format!("{location}/"), Entry::Dir(below)));
         } else if local_store_lists(&location) {
             out.push((location.to_string(), Entry::LocalFile(location)));
         }
@@ -903,6 +925,37 @@ mod tests {
             (prop::collection::vec(0..NAMES.len(), 1..4), any::<bool>()),
             0..24,
         )
+    }
+
+    /// A symlink back up the tree is not followed round: the descent ends, on the
+    /// last file outside the loop.
+    #[test]
+    fn a_symlink_loop_ends_the_descent_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("t");
+        std::fs::create_dir_all(root.join("b")).unwrap();
+        std::fs::write(root.join("a.parquet"), b"x").unwrap();
+        std::fs::write(root.join("b/c.parquet"), b"").unwrap();
+        std::os::unix::fs::symlink(&root, root.join("b/loop")).unwrap();
+        std::os::unix::fs::symlink(root.join("b"), root.join("zz")).unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let prefix = Path::from_absolute_path(&root).unwrap();
+        let found = runtime
+            .block_on(last_file(
+                &LocalFileSystem::new(),
+                &prefix,
+                Some(root.clone()),
+                |f| f.size > 0,
+            ))
+            .unwrap()
+            .map(|f| f.location);
+        assert_eq!(
+            found,
+            Some(Path::from_absolute_path(root.join("a.parquet")).unwrap())
+        );
     }
 
     proptest! {
