@@ -29,6 +29,9 @@ pub struct WrittenPartition {
     /// sizes (written by a cluster's executor and uploaded there); `None` while they
     /// are only in `dir`.
     pub(crate) uploaded: Option<Uploaded>,
+    /// `--rewrite`: published even over a live partition of the same rows (an object
+    /// store's commit otherwise takes such a partition as already live).
+    pub(crate) rewrite: bool,
 }
 
 /// A partition's files staged on the table's object store: where, and each file's
@@ -54,6 +57,7 @@ impl WrittenPartition {
             dir,
             manifest,
             expected: None,
+            rewrite: false,
             uploaded,
         }
     }

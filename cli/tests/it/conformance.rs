@@ -411,6 +411,50 @@ fn twice_run_is_unchanged_and_one_changed_day_rewrites_one_partition(
     assert_eq!(log[0]["partition"], "dt=2026-06-03", "{backend:?}");
 }
 
+/// `--rewrite` publishes a partition equal to the live one again, in new files (what a
+/// change of writer settings needs), with the same rows and digest; a plain re-run
+/// after it is unchanged and writes nothing.
+fn rewrite_publishes_the_same_rows_in_new_files(backend: Backend) {
+    let t = Table::new(backend, "rewrite");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", &t.daily_job, "--date", "2026-06-02", "--json"];
+        args.extend_from_slice(extra);
+        t.ok(&args)
+    };
+    let first = run(&[]);
+    assert_eq!(
+        actions(&first),
+        vec![("dt=2026-06-02".into(), "written".into())],
+        "{backend:?}"
+    );
+    let (files, digests, rows) = (
+        t.data_files("daily"),
+        digests_of(&t.status("daily")),
+        t.plain_daily_rows(),
+    );
+    let rewritten = run(&["--rewrite"]);
+    assert_eq!(
+        actions(&rewritten),
+        vec![("dt=2026-06-02".into(), "written".into())],
+        "{backend:?}: --rewrite must publish the equal partition"
+    );
+    let new_files = t.data_files("daily");
+    assert_eq!(new_files.len(), files.len(), "{backend:?}: {new_files:?}");
+    assert!(
+        new_files.iter().all(|f| !files.contains(f)),
+        "{backend:?}: --rewrite kept files {files:?} -> {new_files:?}"
+    );
+    assert_eq!(digests_of(&t.status("daily")), digests, "{backend:?}");
+    assert_eq!(t.plain_daily_rows(), rows, "{backend:?}");
+    let again = run(&[]);
+    assert_eq!(
+        actions(&again),
+        vec![("dt=2026-06-02".into(), "unchanged".into())],
+        "{backend:?}"
+    );
+    assert_eq!(t.data_files("daily"), new_files, "{backend:?}");
+}
+
 fn an_owned_day_without_rows_is_a_zero_row_partition_and_backfills_rerun_clean(
     backend: Backend,
     execution: &str,
@@ -632,6 +676,11 @@ macro_rules! per_backend {
             #[test]
             fn crash_at_every_failpoint_then_rerun() {
                 super::crash_at_every_failpoint_then_rerun($variant)
+            }
+
+            #[test]
+            fn rewrite_publishes_the_same_rows_in_new_files() {
+                super::rewrite_publishes_the_same_rows_in_new_files($variant)
             }
 
             #[test]

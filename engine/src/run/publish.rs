@@ -125,6 +125,7 @@ pub(super) fn publish_all(
             table.discard(part.into_inner()).map_err(storage)?;
             (Action::Unchanged, None)
         } else {
+            let part = if how.rewrite { part.rewritten() } else { part };
             let published = table.publish(part, &fence).map_err(storage)?;
             if published.mode == PublishMode::AlreadyLive && !unclean {
                 // Another writer committed these very rows first.

@@ -65,6 +65,13 @@ impl Checked {
         &self.0
     }
 
+    /// The partition, to be published even over a live partition of the same rows
+    /// (`--rewrite`: new files for the same rows, after a change of writer settings).
+    pub fn rewritten(mut self) -> Checked {
+        self.0.rewrite = true;
+        self
+    }
+
     /// Gives the staged partition back (to discard it when it equals the live one).
     pub fn into_inner(self) -> WrittenPartition {
         self.0

@@ -366,6 +366,7 @@ impl PartitionWriter {
             dir: self.dir,
             manifest,
             expected: None,
+            rewrite: false,
             uploaded: None,
         })
     }

@@ -103,6 +103,7 @@ impl ObjectTable {
             }
             if let Some((m, _)) = &current
                 && m.run_id != *run_id
+                && !written.rewrite
                 && m.manifest.digest == written.manifest.digest
                 && m.manifest.schema_fingerprint == written.manifest.schema_fingerprint
             {
