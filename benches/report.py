@@ -58,6 +58,11 @@ def main():
             rows += list(more_records(path, w))
     with open(os.path.join(out, "header.txt")) as f:
         print(f.read().strip())
+    with open(os.path.join(out, "shared", "summary.json")) as f:
+        probe = json.load(f).get("cpu_probe_mib_s")
+    if probe:
+        print(f"cpu probe (sha256, one core, W1-W4): {probe[0]} MiB/s before, "
+              f"{probe[1]} MiB/s after")
     print()
     print("| workload | engine | median wall s | min-max s | peak RSS MiB | check |")
     print("|---|---|---:|---:|---:|---|")
