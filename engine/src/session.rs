@@ -699,21 +699,34 @@ fn local_children(
     mut above: Vec<(u64, u64)>,
 ) -> std::io::Result<Vec<(String, Entry)>> {
     use std::os::unix::fs::MetadataExt;
-    let itself = std::fs::metadata(dir)?;
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    // A directory removed since its parent was listed holds nothing, as for the
+    // local store's listing.
+    let itself = match std::fs::metadata(dir) {
+        Err(e) if gone(&e) => return Ok(Vec::new()),
+        other => other?,
+    };
     let id = (itself.dev(), itself.ino());
     if above.contains(&id) {
         return Ok(Vec::new());
     }
     above.push(id);
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if gone(&e) => return Ok(Vec::new()),
+        other => other?,
+    };
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
+    for entry in entries {
+        let entry = match entry {
+            Err(e) if gone(&e) => continue,
+            other => other?,
+        };
         let path = entry.path();
         let mut kind = entry.file_type()?;
         if kind.is_symlink() {
             match std::fs::metadata(&path) {
                 Ok(m) => kind = m.file_type(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if gone(&e) => continue,
                 Err(e) => return Err(e),
             }
         }
