@@ -93,7 +93,7 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
         .options_mut()
         .execution
         .listing_table_ignore_subdirectory = false;
-    let ctx = SessionContext::new_with_config_rt(config, runtime());
+    let ctx = SessionContext::new_with_config_rt(config, runtime(job));
     ctx.add_optimizer_rule(Arc::new(crate::utc_date::UtcDateRule::new()));
     ctx.register_udf(IdemKey::udf());
     ctx.register_udf(crate::key::DedupeUnique::udf());
@@ -111,26 +111,49 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
 /// a whole table to serve one partition's prefix, and then prunes every cached file
 /// one by one (a second a day for a lake of a few thousand partitions); without it a
 /// filter on the partition columns lists only their directories. The footer and
-/// statistics caches are the process's, shared by every run in it (the dates of a
-/// backfill re-read the same dimension files): an entry serves a file only while its
-/// size and modification time are the ones it was read at.
-fn runtime() -> Arc<RuntimeEnv> {
-    static CACHES: std::sync::OnceLock<(Arc<FileStatisticsCache>, Arc<FileMetadataCache>)> =
-        std::sync::OnceLock::new();
-    let (statistics, footers) = CACHES.get_or_init(|| {
-        let shared = CacheManager::try_new(&CacheManagerConfig::default())
-            .expect("the default caches are valid");
-        (
-            shared
-                .get_file_statistic_cache()
-                .expect("the default statistics cache is on"),
-            shared.get_file_metadata_cache(),
-        )
-    });
+/// statistics caches are shared by the process's runs that reach the same stores (the
+/// dates of a backfill re-read the same dimension files): DataFusion keys an entry by
+/// the path within its store, so runs of other buckets or endpoints get caches of their
+/// own, and an entry serves a file only while its size and modification time are the
+/// ones it was read at.
+fn runtime(job: &Job) -> Arc<RuntimeEnv> {
+    type Caches = (Arc<FileStatisticsCache>, Arc<FileMetadataCache>);
+    type Stores = Vec<(String, idem_io::store::StorageOptions)>;
+    static SHARED: std::sync::LazyLock<
+        std::sync::Mutex<std::collections::HashMap<Stores, Caches>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let target = job.target.path.to_string_lossy();
+    let mut stores: Stores = job
+        .sources
+        .iter()
+        .map(|s| s.path.as_str())
+        .chain(std::iter::once(target.as_ref()))
+        .map(|path| match idem_io::store::store_base(path) {
+            Some(base) if idem_io::store::is_url(path) => (base, job.storage_for(path).clone()),
+            _ => ("file".to_string(), Default::default()),
+        })
+        .collect();
+    stores.sort_by_key(|(base, options)| format!("{base} {options:?}"));
+    stores.dedup();
+    let (statistics, footers) = SHARED
+        .lock()
+        .expect("not poisoned")
+        .entry(stores)
+        .or_insert_with(|| {
+            let shared = CacheManager::try_new(&CacheManagerConfig::default())
+                .expect("the default caches are valid");
+            (
+                shared
+                    .get_file_statistic_cache()
+                    .expect("the default statistics cache is on"),
+                shared.get_file_metadata_cache(),
+            )
+        })
+        .clone();
     let caches = CacheManagerConfig::default()
         .with_list_files_cache_limit(0)
-        .with_file_statistics_cache(Some(Arc::clone(statistics)))
-        .with_file_metadata_cache(Some(Arc::clone(footers)));
+        .with_file_statistics_cache(Some(statistics))
+        .with_file_metadata_cache(Some(footers));
     RuntimeEnvBuilder::new()
         .with_cache_manager(caches)
         .build_arc()
@@ -561,15 +584,13 @@ async fn infer_schema(
             .config_options()
             .execution
             .listing_table_ignore_subdirectory;
-        let eligible = |f: &ObjectMeta| {
-            f.size > 0
-                && f.location.as_ref().ends_with(extension)
-                && url.contains(&f.location, ignore_subdirectory)
+        let wanted = |f: &object_store::path::Path| {
+            f.as_ref().ends_with(extension) && url.contains(f, ignore_subdirectory)
         };
         let local = (url.scheme() == "file")
             .then(|| url.get_url().to_file_path().ok())
             .flatten();
-        last_file(store.as_ref(), url.prefix(), local, eligible)
+        last_file(store.as_ref(), url.prefix(), local, wanted)
             .await
             .map_err(|e| Inference::Failed(e.into()))?
     } else {
@@ -593,8 +614,8 @@ async fn infer_schema(
         .map_err(Inference::Failed)
 }
 
-/// The last file under `prefix`, in the order of full paths, for which `eligible`
-/// holds: found by listing one directory at a time from the last entry down, so a
+/// The last non-empty file under `prefix`, in the order of full paths, whose path
+/// `wanted` accepts: found by listing one directory at a time from the last entry down, so a
 /// lake of thousands of partition directories costs two or three listings, not a
 /// walk of the tree (it is the walk when no file qualifies). `local` is the
 /// directory `prefix` names on this machine, listed without the store: the local
@@ -604,7 +625,7 @@ async fn last_file(
     store: &dyn object_store::ObjectStore,
     prefix: &object_store::path::Path,
     local: Option<std::path::PathBuf>,
-    eligible: impl Fn(&ObjectMeta) -> bool,
+    wanted: impl Fn(&object_store::path::Path) -> bool,
 ) -> object_store::Result<Option<ObjectMeta>> {
     let mut stack = vec![children(store, Dir::new(prefix.clone(), local)).await?];
     while let Some(level) = stack.last_mut() {
@@ -613,16 +634,20 @@ async fn last_file(
                 stack.pop();
             }
             Some(Entry::File(f)) => {
-                if eligible(&f) {
+                if f.size > 0 && wanted(&f.location) {
                     return Ok(Some(f));
                 }
             }
-            Some(Entry::LocalFile(location)) => match store.head(&location).await {
-                Ok(f) if eligible(&f) => return Ok(Some(f)),
-                // Removed since it was listed: as if it had not been there.
-                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e),
-            },
+            // Stated only when its name is wanted: other files are never opened.
+            Some(Entry::LocalFile(location)) if wanted(&location) => {
+                match store.head(&location).await {
+                    Ok(f) if f.size > 0 => return Ok(Some(f)),
+                    // Removed since it was listed: as if it had not been there.
+                    Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Some(Entry::LocalFile(_)) => {}
             Some(Entry::Dir(d)) => {
                 let below = children(store, d).await?;
                 stack.push(below);
@@ -691,8 +716,9 @@ async fn children(
 }
 
 /// A local directory's entries under their store paths, as the local store lists
-/// them: symlinks followed, names it cannot represent and its own in-progress files
-/// (`name#123`) left out. No entries when `dir` is one of the directories `above`
+/// them: symlinks followed, only directories and regular files (no FIFO is ever
+/// opened), names it cannot represent and its own in-progress files (`name#123`)
+/// left out. No entries when `dir` is one of the directories `above`
 /// it (a symlink loop).
 fn local_children(
     dir: &std::path::Path,
@@ -740,7 +766,7 @@ fn local_children(
                 above: above.clone(),
             };
             out.push((format!("{location}/"), Entry::Dir(below)));
-        } else if local_store_lists(&location) {
+        } else if kind.is_file() && local_store_lists(&location) {
             out.push((location.to_string(), Entry::LocalFile(location)));
         }
     }
@@ -961,10 +987,55 @@ mod tests {
                 &LocalFileSystem::new(),
                 &prefix,
                 Some(root.clone()),
-                |f| f.size > 0,
+                |_| true,
             ))
             .unwrap()
             .map(|f| f.location);
+        assert_eq!(
+            found,
+            Some(Path::from_absolute_path(root.join("a.parquet")).unwrap())
+        );
+    }
+
+    /// Only regular files are files: a FIFO that sorts last is neither opened (which
+    /// would wait for a writer for ever) nor taken for the newest file.
+    #[test]
+    fn a_fifo_is_not_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("t");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("a.parquet"), b"x").unwrap();
+        for fifo in ["zz.parquet", "zzz.tmp"] {
+            let made = std::process::Command::new("mkfifo")
+                .arg(root.join(fifo))
+                .status()
+                .unwrap();
+            assert!(made.success());
+        }
+        // On a thread of its own, so that a descent stuck on the FIFO fails the test
+        // instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let at = root.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .build()
+                .unwrap();
+            let prefix = Path::from_absolute_path(&at).unwrap();
+            let found = runtime
+                .block_on(last_file(
+                    &LocalFileSystem::new(),
+                    &prefix,
+                    Some(at),
+                    |_| true,
+                ))
+                .unwrap()
+                .map(|f| f.location);
+            tx.send(found).unwrap();
+        });
+        let found = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the descent does not wait on a FIFO");
         assert_eq!(
             found,
             Some(Path::from_absolute_path(root.join("a.parquet")).unwrap())
@@ -981,9 +1052,8 @@ mod tests {
                 .worker_threads(1)
                 .build()
                 .unwrap();
-            let eligible = |f: &object_store::ObjectMeta| {
-                f.size > 0 && f.location.as_ref().ends_with(".parquet")
-            };
+            let wanted = |f: &Path| f.as_ref().ends_with(".parquet");
+            let eligible = |f: &object_store::ObjectMeta| f.size > 0 && wanted(&f.location);
             let dir = tempfile::tempdir().unwrap();
             let root = dir.path().join("t");
             std::fs::create_dir(&root).unwrap();
@@ -1015,12 +1085,12 @@ mod tests {
                     .max_by(|a, b| a.as_ref().cmp(b.as_ref()))
             };
             let in_memory = runtime
-                .block_on(last_file(&memory, &Path::from("t"), None, eligible))
+                .block_on(last_file(&memory, &Path::from("t"), None, wanted))
                 .unwrap()
                 .map(|f| f.location);
             prop_assert_eq!(in_memory, last_listed(&memory, &Path::from("t")));
             let on_disk = runtime
-                .block_on(last_file(&local, &prefix, Some(root.clone()), eligible))
+                .block_on(last_file(&local, &prefix, Some(root.clone()), wanted))
                 .unwrap()
                 .map(|f| f.location);
             prop_assert_eq!(on_disk, last_listed(&local, &prefix));
