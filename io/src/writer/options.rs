@@ -1,12 +1,13 @@
 //! How partitions are encoded: compression, row groups and file size, and the
 //! Parquet properties they make (a column whose values barely repeat is written
-//! without a dictionary).
+//! without a dictionary, and one of integers that move by small steps as deltas).
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::array::{ArrayRef, AsArray};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use arrow::record_batch::RecordBatch;
-use parquet::basic::Compression;
+use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::WriterProperties;
 
 /// How partitions are encoded.
@@ -32,14 +33,26 @@ impl Default for WriterOptions {
     }
 }
 
+/// How a column without a dictionary is encoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct PlainColumn {
+    pub name: String,
+    /// As `DELTA_BINARY_PACKED`: its values move by steps much narrower than the values.
+    pub delta: bool,
+}
+
 /// The Parquet writer's properties; `plain` columns are written without a dictionary.
-pub(super) fn writer_properties(opts: &WriterOptions, plain: &[String]) -> WriterProperties {
+pub(super) fn writer_properties(opts: &WriterOptions, plain: &[PlainColumn]) -> WriterProperties {
     let mut props = WriterProperties::builder()
         .set_compression(opts.compression)
         .set_max_row_group_row_count(Some(opts.row_group_rows))
         .set_created_by(format!("idem {}", env!("CARGO_PKG_VERSION")));
     for c in plain {
-        props = props.set_column_dictionary_enabled(c.as_str().into(), false);
+        props = props.set_column_dictionary_enabled(c.name.as_str().into(), false);
+        if c.delta {
+            props =
+                props.set_column_encoding(c.name.as_str().into(), Encoding::DELTA_BINARY_PACKED);
+        }
     }
     props.build()
 }
@@ -53,8 +66,11 @@ pub(super) const CARDINALITY_MIN_ROWS: usize = 1024;
 /// The top-level flat columns whose values in the first rows of `batch` are nearly all
 /// distinct (ids, keys, timestamps). A dictionary cannot pay for itself on them: the
 /// writer would intern every value until the dictionary outgrows its page and then
-/// fall back to plain encoding anyway, so they are written plain from the start.
-pub(super) fn high_cardinality_columns(batch: &RecordBatch) -> Vec<String> {
+/// fall back to plain encoding anyway, so they are written without one from the start:
+/// integers whose steps from row to row are narrow (ids that grow, keys of a bounded
+/// range, times of one day) as deltas, which take a few bits a value instead of the
+/// type's whole width; the rest plain.
+pub(super) fn high_cardinality_columns(batch: &RecordBatch) -> Vec<PlainColumn> {
     let rows = batch.num_rows().min(CARDINALITY_SAMPLE);
     if rows < CARDINALITY_MIN_ROWS {
         return Vec::new();
@@ -79,8 +95,52 @@ pub(super) fn high_cardinality_columns(batch: &RecordBatch) -> Vec<String> {
                 values.iter().map(|r| r.data()).collect();
             distinct.len() * 10 > rows * 9
         })
-        .map(|(f, _)| f.name().clone())
+        .map(|(f, col)| PlainColumn {
+            name: f.name().clone(),
+            delta: narrow_steps(col),
+        })
         .collect()
+}
+
+/// Whether an integer column's steps between consecutive values span at most three
+/// quarters of its width: `DELTA_BINARY_PACKED` then stores each value in that many
+/// bits (or fewer) instead of the whole width. Only types Parquet stores as `INT32` or
+/// `INT64` qualify; values beyond `i64` do not.
+fn narrow_steps(col: &ArrayRef) -> bool {
+    let bits: u32 = match col.data_type() {
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::Date32
+        | DataType::Time32(_) => 32,
+        DataType::Int64
+        | DataType::UInt64
+        | DataType::Date64
+        | DataType::Time64(_)
+        | DataType::Timestamp(..) => 64,
+        _ => return false,
+    };
+    let Ok(values) = arrow::compute::cast(col, &DataType::Int64) else {
+        return false;
+    };
+    let mut values = values.as_primitive::<Int64Type>().iter().flatten();
+    let Some(mut previous) = values.next() else {
+        return false;
+    };
+    let (mut low, mut high) = (i128::MAX, i128::MIN);
+    for v in values {
+        let step = i128::from(v) - i128::from(previous);
+        (low, high) = (low.min(step), high.max(step));
+        previous = v;
+    }
+    if low > high {
+        return false;
+    }
+    let span = (high - low) as u128;
+    128 - span.leading_zeros() <= bits / 4 * 3
 }
 
 /// The schema recorded in the footer for Arrow readers: view types are recorded as

@@ -81,6 +81,82 @@ fn high_cardinality_columns_skip_the_dictionary() {
     );
 }
 
+/// Nearly-unique integer columns that move by narrow steps (a growing id, keys of a
+/// bounded range drawn at random, times within a day, with NULLs between) are written
+/// as deltas, wide ones (hashes) plain; every column reads back the same, through
+/// several row groups.
+#[test]
+fn narrow_integer_columns_are_written_as_deltas() {
+    use arrow::array::{Int32Array, TimestampMicrosecondArray};
+    use parquet::basic::Encoding;
+    let dir = tempfile::tempdir().unwrap();
+    let n = 40_000i64;
+    let mix = |i: i64| {
+        (i as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29)
+    };
+    let b = RecordBatch::try_from_iter([
+        (
+            "id",
+            Arc::new(Int64Array::from_iter_values(1_000..1_000 + n)) as ArrayRef,
+        ),
+        (
+            "customer",
+            Arc::new(Int64Array::from_iter_values(
+                (0..n).map(|i| 1 + (mix(i) % 5_000_000) as i64),
+            )) as ArrayRef,
+        ),
+        (
+            "hash",
+            Arc::new(Int64Array::from_iter_values((0..n).map(|i| mix(i) as i64))) as ArrayRef,
+        ),
+        (
+            "small",
+            Arc::new(Int32Array::from_iter(
+                (0..n).map(|i| (i % 50 != 0).then_some(i as i32 * 3)),
+            )) as ArrayRef,
+        ),
+        (
+            "at",
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(
+                    (0..n).map(|i| 1_700_000_000_000_000 + (mix(i) % 86_400_000_000) as i64),
+                )
+                .with_timezone("UTC"),
+            ) as ArrayRef,
+        ),
+    ])
+    .unwrap();
+    let opts = WriterOptions {
+        row_group_rows: 16 * 1024,
+        ..WriterOptions::default()
+    };
+    let written = write(dir.path(), opts, std::slice::from_ref(&b));
+    let file = File::open(written.dir.join(&written.manifest.files[0].name)).unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    let meta = reader.metadata().clone();
+    assert_eq!(meta.num_row_groups(), 3);
+    for rg in meta.row_groups() {
+        let delta = |i: usize| {
+            let encodings: Vec<Encoding> = rg.column(i).encodings().collect();
+            assert!(rg.column(i).dictionary_page_offset().is_none());
+            encodings.contains(&Encoding::DELTA_BINARY_PACKED)
+        };
+        assert!(delta(0), "a growing id is written as deltas");
+        assert!(delta(1), "keys of a bounded range are written as deltas");
+        assert!(!delta(2), "hashes are written plain");
+        assert!(
+            delta(3),
+            "steps of 3 with NULLs between are written as deltas"
+        );
+        assert!(delta(4), "times within a day are written as deltas");
+    }
+    let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
+    let back = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
+    assert_eq!(back.columns(), b.columns());
+}
+
 /// A nested column's leaves are written by that column's writers, in order: a
 /// struct of two leaves between flat columns, and a list, read back the same over
 /// several row groups.
