@@ -605,14 +605,17 @@ fn merges_into_object_store_tables_match_duckdb_and_concurrent_merges_both_land(
     }
 }
 
+/// Rows of [`one_large_day`].
+pub const LARGE_DAY_ROWS: u64 = 2_000_000;
+
 /// Replaces the lake's raw orders with one day large enough for a multipart upload
-/// (its file is over 8 MiB).
+/// (its output file is over 8 MiB: about 10 MiB, with ids and keys written as deltas).
 pub fn one_large_day(t: &Table) {
     let raw = t.lake.join("testdata/lake/raw/orders");
     std::fs::remove_dir_all(&raw).unwrap();
     let spec = idem_testdata::OrdersSpec {
         days: 1,
-        rows_per_day: 1_000_000,
+        rows_per_day: LARGE_DAY_ROWS,
         customers: 1_000_000,
         ..Default::default()
     };
