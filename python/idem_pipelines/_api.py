@@ -454,6 +454,7 @@ class Backfill(Iterator[Event]):
             text=True,
             bufsize=1,
         )
+        self._interrupted = False
         self._stderr: list[str] = []
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
@@ -530,13 +531,16 @@ class Backfill(Iterator[Event]):
     def interrupt(self) -> None:
         """Asks a backfill still running to stop as a Ctrl-C does: the running dates
         finish, no more start. Returns at once; iterate on (or `close`) to see the end.
-        (A killed backfill is safe too: every partition is old or new.)"""
-        if self._proc.poll() is None:
+        (A killed backfill is safe too: every partition is old or new.) Only the first
+        call signals: a second Ctrl-C would abandon the running dates."""
+        if not self._interrupted and self._proc.poll() is None:
+            self._interrupted = True
             self._proc.send_signal(signal.SIGINT)
 
     def close(self) -> None:
-        """Interrupts the backfill if it still runs, and waits for it to end; raises
-        nothing (see `exit_code` and `events`)."""
+        """Interrupts the backfill if it still runs (unless `interrupt` already did, so
+        the running dates still finish), and waits for it to end; raises nothing (see
+        `exit_code` and `events`)."""
         self.interrupt()
         self.check = False
         for _ in self:
