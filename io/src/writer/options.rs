@@ -123,7 +123,13 @@ fn narrow_steps(col: &ArrayRef) -> bool {
         | DataType::Timestamp(..) => 64,
         _ => return false,
     };
-    let Ok(values) = arrow::compute::cast(col, &DataType::Int64) else {
+    // Not the default (safe) cast, which would turn values beyond `i64` into NULLs and
+    // judge the steps of the rest.
+    let exact = arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let Ok(values) = arrow::compute::cast_with_options(col, &DataType::Int64, &exact) else {
         return false;
     };
     let mut values = values.as_primitive::<Int64Type>().iter().flatten();

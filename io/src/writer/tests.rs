@@ -83,11 +83,11 @@ fn high_cardinality_columns_skip_the_dictionary() {
 
 /// Nearly-unique integer columns that move by narrow steps (a growing id, keys of a
 /// bounded range drawn at random, times within a day, with NULLs between) are written
-/// as deltas, wide ones (hashes) plain; every column reads back the same, through
-/// several row groups.
+/// as deltas, wide ones (hashes, unsigned values beyond `i64`) plain; every column
+/// reads back the same, through several row groups.
 #[test]
 fn narrow_integer_columns_are_written_as_deltas() {
-    use arrow::array::{Int32Array, TimestampMicrosecondArray};
+    use arrow::array::{Int32Array, TimestampMicrosecondArray, UInt64Array};
     use parquet::basic::Encoding;
     let dir = tempfile::tempdir().unwrap();
     let n = 40_000i64;
@@ -115,6 +115,12 @@ fn narrow_integer_columns_are_written_as_deltas() {
             "small",
             Arc::new(Int32Array::from_iter(
                 (0..n).map(|i| (i % 50 != 0).then_some(i as i32 * 3)),
+            )) as ArrayRef,
+        ),
+        (
+            "wide",
+            Arc::new(UInt64Array::from_iter_values(
+                (0..n as u64).map(|i| if i % 2 == 0 { i } else { u64::MAX - i }),
             )) as ArrayRef,
         ),
         (
@@ -150,7 +156,8 @@ fn narrow_integer_columns_are_written_as_deltas() {
             delta(3),
             "steps of 3 with NULLs between are written as deltas"
         );
-        assert!(delta(4), "times within a day are written as deltas");
+        assert!(!delta(4), "unsigned values beyond i64 are written plain");
+        assert!(delta(5), "times within a day are written as deltas");
     }
     let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
     let back = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
