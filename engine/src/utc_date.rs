@@ -63,14 +63,28 @@ fn day_range() -> std::ops::RangeInclusive<i64> {
     (chrono::NaiveDate::MIN - epoch).num_days()..=(chrono::NaiveDate::MAX - epoch).num_days()
 }
 
-fn days(values: &dyn Array, per_day: i64) -> Result<ArrayRef> {
-    fn run<T: arrow::datatypes::ArrowPrimitiveType<Native = i64>>(
+fn days(values: &dyn Array) -> Result<ArrayRef> {
+    /// One pass for the range of the valid values, then a division by a constant the
+    /// compiler turns into a multiplication; the per-value check only to name a value
+    /// out of range.
+    fn run<T: arrow::datatypes::ArrowPrimitiveType<Native = i64>, const PER_DAY: i64>(
         values: &dyn Array,
-        per_day: i64,
     ) -> Result<Date32Array> {
+        let values = values.as_primitive::<T>();
         let range = day_range();
-        Ok(values.as_primitive::<T>().try_unary(|v| {
-            let d = v.div_euclid(per_day);
+        let first = range.start().saturating_mul(PER_DAY);
+        let last = range
+            .end()
+            .saturating_add(1)
+            .saturating_mul(PER_DAY)
+            .saturating_sub(1);
+        let within = |v: Option<i64>| v.is_none_or(|v| (first..=last).contains(&v));
+        let (lo, hi) = (arrow::compute::min(values), arrow::compute::max(values));
+        if within(lo) && within(hi) {
+            return Ok(values.unary(|v| v.div_euclid(PER_DAY) as i32));
+        }
+        Ok(values.try_unary(|v| {
+            let d = v.div_euclid(PER_DAY);
             if range.contains(&d) {
                 Ok(d as i32)
             } else {
@@ -81,15 +95,15 @@ fn days(values: &dyn Array, per_day: i64) -> Result<ArrayRef> {
         })?)
     }
     let out = match values.data_type() {
-        DataType::Timestamp(TimeUnit::Second, _) => run::<TimestampSecondType>(values, per_day),
+        DataType::Timestamp(TimeUnit::Second, _) => run::<TimestampSecondType, 86_400>(values),
         DataType::Timestamp(TimeUnit::Millisecond, _) => {
-            run::<TimestampMillisecondType>(values, per_day)
+            run::<TimestampMillisecondType, 86_400_000>(values)
         }
         DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            run::<TimestampMicrosecondType>(values, per_day)
+            run::<TimestampMicrosecondType, 86_400_000_000>(values)
         }
         DataType::Timestamp(TimeUnit::Nanosecond, _) => {
-            run::<TimestampNanosecondType>(values, per_day)
+            run::<TimestampNanosecondType, 86_400_000_000_000>(values)
         }
         t => return exec_err!("idem_utc_date: {t} is not a timestamp"),
     }?;
@@ -127,24 +141,16 @@ impl ScalarUDFImpl for UtcDate {
         let [arg] = &args.args[..] else {
             return exec_err!("idem_utc_date takes one argument");
         };
-        let per_day = match arg.data_type() {
-            t if !is_utc_timestamp(&t) => {
-                return exec_err!("idem_utc_date: {t} is not a UTC timestamp");
-            }
-            DataType::Timestamp(unit, _) => match unit {
-                TimeUnit::Second => 86_400,
-                TimeUnit::Millisecond => 86_400_000,
-                TimeUnit::Microsecond => 86_400_000_000,
-                TimeUnit::Nanosecond => 86_400_000_000_000,
-            },
-            _ => unreachable!(),
-        };
+        let t = arg.data_type();
+        if !is_utc_timestamp(&t) {
+            return exec_err!("idem_utc_date: {t} is not a UTC timestamp");
+        }
         Ok(match arg {
-            ColumnarValue::Array(a) => ColumnarValue::Array(days(a.as_ref(), per_day)?),
+            ColumnarValue::Array(a) => ColumnarValue::Array(days(a.as_ref())?),
             ColumnarValue::Scalar(s) => {
                 let a = s.to_array()?;
                 ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(
-                    days(a.as_ref(), per_day)?.as_ref(),
+                    days(a.as_ref())?.as_ref(),
                     0,
                 )?)
             }
@@ -222,6 +228,7 @@ impl OptimizerRule for UtcDateRule {
 mod tests {
     use super::*;
     use arrow::array::TimestampMicrosecondArray;
+    use arrow::datatypes::Date32Type;
 
     #[test]
     fn the_date_is_the_floor_of_the_day_count_like_arrows_cast() {
@@ -237,16 +244,58 @@ mod tests {
             Some(19_876 * us + 3_600_000_000),
         ])
         .with_timezone("UTC");
-        let ours = days(&values, us).unwrap();
+        let ours = days(&values).unwrap();
         let arrows = arrow::compute::cast(&values, &DataType::Date32).unwrap();
         assert_eq!(ours.as_ref(), arrows.as_ref());
         let naive = TimestampMicrosecondArray::from(vec![Some(-1), Some(us * 3 + 5), None]);
         let arrows = arrow::compute::cast(&naive, &DataType::Date32).unwrap();
-        assert_eq!(days(&naive, us).unwrap().as_ref(), arrows.as_ref());
+        assert_eq!(days(&naive).unwrap().as_ref(), arrows.as_ref());
         // Out of chrono's range: an error, as arrow's cast gives, not a wrapped date.
         let far = arrow::array::TimestampSecondArray::from(vec![i64::MAX / 2]);
         assert!(arrow::compute::cast(&far, &DataType::Date32).is_err());
-        assert!(days(&far, 86_400).is_err());
+        assert!(days(&far).is_err());
+    }
+
+    /// The edges of the representable dates in every unit: the first and last second of
+    /// chrono's range are dates, one second beyond either is an error, a null slot
+    /// holding a value out of range is ignored, and nanoseconds (whose whole i64 range
+    /// is within chrono's) never fail.
+    #[test]
+    fn the_range_check_is_exact_at_both_ends_in_every_unit() {
+        use arrow::array::{PrimitiveArray, TimestampNanosecondArray, TimestampSecondArray};
+        let range = day_range();
+        let (first, last) = (range.start() * 86_400, (range.end() + 1) * 86_400 - 1);
+        let date =
+            |a: &dyn Array| days(a).map(|d| d.as_primitive::<Date32Type>().values().to_vec());
+        let secs = TimestampSecondArray::from(vec![first, last, 0]);
+        let expected = vec![*range.start() as i32, *range.end() as i32, 0];
+        assert_eq!(date(&secs).unwrap(), expected);
+        for beyond in [first - 1, last + 1] {
+            let err = date(&TimestampSecondArray::from(vec![0, beyond])).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains(&format!("timestamp {beyond} is out of range")),
+                "{err}"
+            );
+        }
+        let hidden: PrimitiveArray<TimestampSecondType> = PrimitiveArray::new(
+            vec![86_400, last + 1, first - 1].into(),
+            Some(vec![true, false, false].into()),
+        );
+        let out = days(&hidden).unwrap();
+        assert_eq!(out.null_count(), 2);
+        assert_eq!(out.as_primitive::<Date32Type>().value(0), 1);
+        let millis = arrow::array::TimestampMillisecondArray::from(vec![first * 1000, last * 1000]);
+        assert_eq!(date(&millis).unwrap(), expected[..2]);
+        assert!(
+            date(&arrow::array::TimestampMillisecondArray::from(vec![
+                first * 1000 - 1
+            ]))
+            .is_err()
+        );
+        let nanos = TimestampNanosecondArray::from(vec![i64::MIN, -1, 0, i64::MAX]);
+        let arrows = arrow::compute::cast(&nanos, &DataType::Date32).unwrap();
+        assert_eq!(days(&nanos).unwrap().as_ref(), arrows.as_ref());
     }
 
     /// The same rows and schema with the rule as without it, and the rule applied (in a
