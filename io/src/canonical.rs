@@ -189,6 +189,10 @@ pub fn hash_column(col: &dyn Array, seed: u64) -> Vec<u64> {
         // only the values of the rows hashed.
         Dictionary(..) => {
             let a = col.as_any_dictionary();
+            if a.values().is_empty() {
+                // No values: every row is null.
+                return vec![null_hash; col.len()];
+            }
             if a.values().len() > col.len() {
                 let taken = arrow::compute::take(a.values().as_ref(), a.keys(), None)
                     .expect("keys within the dictionary");
@@ -605,6 +609,10 @@ mod tests {
             Arc::new(DictionaryArray::new(
                 UInt8Array::from(vec![Some(4), Some(0), None]),
                 Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5, 6, 7])),
+            )),
+            Arc::new(DictionaryArray::new(
+                Int32Array::from(vec![None, None]),
+                Arc::new(StringArray::from(Vec::<&str>::new())),
             )),
             Arc::new(
                 DictionaryArray::new(

@@ -5,9 +5,10 @@
 //!   an object key and comes back exactly once-escaped and exactly equal;
 //! * every column type the digest supports (integers of each width, floats with NaN,
 //!   -0.0 and infinities, decimals, strings, binary, dates, timestamps in several
-//!   zones and units, times, durations, lists, structs, booleans, with nulls): the
-//!   digest ignores row order and batch boundaries, survives the Parquet writer and a
-//!   reader unchanged, and treats equal values of other widths, scales and zones alike.
+//!   zones and units, times, durations, lists, structs, booleans, dictionaries, with
+//!   nulls): the digest ignores row order and batch boundaries, survives the Parquet
+//!   writer and a reader unchanged, and treats equal values of other widths, scales,
+//!   zones and encodings alike.
 
 use std::sync::Arc;
 
@@ -253,6 +254,14 @@ fn batch(rows: &[Seed]) -> RecordBatch {
             Arc::new(StringArray::from_iter(rows.iter().map(|s| s.text.clone()))),
         ),
         (
+            "dict",
+            Arc::new(
+                rows.iter()
+                    .map(|s| s.text.as_deref())
+                    .collect::<DictionaryArray<Int32Type>>(),
+            ),
+        ),
+        (
             "large",
             Arc::new(LargeStringArray::from_iter(
                 rows.iter().map(|s| s.text.clone()),
@@ -398,5 +407,21 @@ proptest! {
         prop_assert_eq!(one("ts_utc", None), one("ts_utc", Some(zoned)));
         prop_assert_eq!(one("utf8", None), one("large", None));
         prop_assert_eq!(one("utf8", None), one("utf8", Some(DataType::Utf8View)));
+        // Dictionary-encoded columns hash as their values, whatever the key type, and
+        // a slice of one (whose dictionary holds more values than its rows) as the
+        // same slice of the values.
+        prop_assert_eq!(one("dict", None), one("utf8", None));
+        let keyed = |k: DataType, v: DataType| Some(DataType::Dictionary(Box::new(k), Box::new(v)));
+        prop_assert_eq!(one("i64", keyed(DataType::UInt16, DataType::Int64)), one("i64", None));
+        prop_assert_eq!(
+            one("dec", keyed(DataType::Int8, DataType::Decimal128(18, 2))),
+            one("dec", None)
+        );
+        let sliced = |name: &str| {
+            let a = b.column(b.schema().index_of(name).unwrap());
+            let a = a.slice(a.len() / 2, a.len() - a.len() / 2);
+            digest_batch(&RecordBatch::try_from_iter([("c", a)]).unwrap()).finish()
+        };
+        prop_assert_eq!(sliced("dict"), sliced("utf8"));
     }
 }
