@@ -140,11 +140,16 @@ pub fn report(r: &RunReport) {
 /// the throughput.
 fn profile(p: &idem_engine::run::profile::Profile) {
     let per_s = |n: f64| bytes(n as u64);
+    let rows_read = match (p.input_rows, p.input_rows_per_s) {
+        (Some(n), Some(r)) => format!("{} rows ({} rows/s), ", thousands(n), thousands(r as u64)),
+        _ => String::new(),
+    };
     println!(
-        "profile: {} rows/s; read {} ({}/s), wrote {} ({}/s)",
-        thousands(p.rows_per_s as u64),
+        "profile: read {rows_read}{} ({}/s); wrote {} rows ({} rows/s), {} ({}/s)",
         bytes(p.input_bytes),
         per_s(p.input_bytes_per_s),
+        thousands(p.rows),
+        thousands(p.rows_per_s as u64),
         bytes(p.output_bytes),
         per_s(p.output_bytes_per_s)
     );

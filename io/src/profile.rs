@@ -22,9 +22,12 @@ pub enum Counter {
     Fsync,
     /// Bytes of the input files a run reads (a count, not a time).
     InputBytes,
+    /// Rows the query's scans produced (a count): those of the files it read that
+    /// statistics did not rule out.
+    InputRows,
 }
 
-const COUNTERS: usize = 7;
+const COUNTERS: usize = 8;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static VALUES: [AtomicU64; COUNTERS] = [const { AtomicU64::new(0) }; COUNTERS];
@@ -47,7 +50,7 @@ pub fn add_since(counter: Counter, since: Instant) {
     add(counter, since.elapsed().as_nanos() as u64);
 }
 
-/// Adds `n` to `counter` (nanoseconds, or bytes for [`Counter::InputBytes`]).
+/// Adds `n` to `counter` (nanoseconds, or a count).
 pub fn add(counter: Counter, n: u64) {
     VALUES[counter as usize].fetch_add(n, Relaxed);
 }
@@ -57,7 +60,8 @@ pub fn set(counter: Counter, n: u64) {
     VALUES[counter as usize].store(n, Relaxed);
 }
 
-/// What `counter` holds: nanoseconds, or bytes for [`Counter::InputBytes`].
+/// What `counter` holds: nanoseconds, or the count of [`Counter::InputBytes`] and
+/// [`Counter::InputRows`].
 pub fn value(counter: Counter) -> u64 {
     VALUES[counter as usize].load(Relaxed)
 }

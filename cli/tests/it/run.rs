@@ -548,11 +548,28 @@ fn a_job_with_checks_stages_and_checks_every_run() {
 fn a_profile_adds_up_to_the_runs_wall_time() {
     let lake = Lake::new();
     let day = "2026-06-02";
-    let input: u64 =
+    let files: Vec<std::path::PathBuf> =
         std::fs::read_dir(lake.join(&format!("testdata/lake/raw/orders/created_date={day}")))
             .unwrap()
-            .map(|e| e.unwrap().metadata().unwrap().len())
-            .sum();
+            .map(|e| e.unwrap().path())
+            .collect();
+    let input: u64 = files
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
+    // The rows read are every row of the day's files (the filter on `status` comes
+    // after the scan), counted from their footers.
+    let input_rows: i64 = files
+        .iter()
+        .map(|f| {
+            let file = std::fs::File::open(f).unwrap();
+            parquet::file::reader::FileReader::metadata(
+                &parquet::file::reader::SerializedFileReader::new(file).unwrap(),
+            )
+            .file_metadata()
+            .num_rows()
+        })
+        .sum();
     let check = |report: &serde_json::Value, expect: &[&str]| {
         let p = &report["profile"];
         let wall = p["wall_ms"].as_f64().unwrap();
@@ -581,6 +598,12 @@ fn a_profile_adds_up_to_the_runs_wall_time() {
             "{p}"
         );
         assert_eq!(p["input_bytes"], input, "{p}");
+        assert_eq!(p["input_rows"], input_rows, "{p}");
+        let input_per_s = p["input_rows_per_s"].as_f64().unwrap();
+        assert!(
+            (input_per_s - input_rows as f64 / (wall / 1e3)).abs() <= input_per_s * 0.01 + 1.0,
+            "{p}"
+        );
         let written: u64 = report["partitions"]
             .as_array()
             .unwrap()
@@ -611,11 +634,24 @@ fn a_profile_adds_up_to_the_runs_wall_time() {
     assert_eq!(again[0]["partitions"][0]["action"], "unchanged");
     check(&again[0], &["planning"]);
 
+    let thousands = |n: i64| {
+        let digits = n.to_string();
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    };
+    let report_rows = first[0]["rows"].as_i64().unwrap();
     let out = lake.idem(&["run", FCT, "--date", day, "--profile"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("profile: ") && text.contains("rows/s"),
+        text.contains(&format!("profile: read {} rows (", thousands(input_rows)))
+            && text.contains(&format!("; wrote {} rows (", thousands(report_rows))),
         "{text}"
     );
     assert!(

@@ -280,13 +280,16 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                 &table,
                 &run_id,
                 &ctx,
-                plan,
+                Arc::clone(&plan),
                 &output,
                 &kept,
                 observer.as_ref(),
             )
             .await
-            .map(|writers| (writers, Vec::new())),
+            .map(|writers| {
+                profile::note_rows_read(plan.as_ref());
+                (writers, Vec::new())
+            }),
             Some(cluster) => {
                 observer.phase("writing on the cluster");
                 let r = crate::cluster::ClusterRun {

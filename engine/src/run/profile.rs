@@ -23,8 +23,13 @@ pub struct Profile {
     /// Time the work of several threads took, summed over the threads (it may
     /// exceed the wall time): Parquet encoding, the digest, fsync.
     pub threads_ms: ThreadTimes,
+    /// Rows written (of the partitions written or found unchanged).
     pub rows: u64,
     pub rows_per_s: f64,
+    /// Rows the query read: what its scans produced from the files statistics did not
+    /// rule out. Unknown (null) on a cluster, whose executors read.
+    pub input_rows: Option<u64>,
+    pub input_rows_per_s: Option<f64>,
     /// Bytes of the input files the run read (their sizes).
     pub input_bytes: u64,
     pub input_bytes_per_s: f64,
@@ -118,6 +123,10 @@ impl Profiler {
         }
         let secs = wall.as_secs_f64().max(1e-9);
         let input_bytes = profile::value(Counter::InputBytes);
+        let input_rows = report
+            .cluster
+            .is_none()
+            .then(|| profile::value(Counter::InputRows));
         // What was written: an unchanged partition was only compared.
         let output_bytes = report
             .partitions
@@ -135,11 +144,28 @@ impl Profiler {
             },
             rows: report.rows,
             rows_per_s: report.rows as f64 / secs,
+            input_rows,
+            input_rows_per_s: input_rows.map(|n| n as f64 / secs),
             input_bytes,
             input_bytes_per_s: input_bytes as f64 / secs,
             output_bytes,
             output_bytes_per_s: output_bytes as f64 / secs,
         }
+    }
+}
+
+/// Records the rows `plan`'s scans produced, once its stream has ended: the output
+/// rows of its leaves (a leaf without metrics adds none).
+pub fn note_rows_read(plan: &dyn datafusion::physical_plan::ExecutionPlan) {
+    fn leaves(plan: &dyn datafusion::physical_plan::ExecutionPlan) -> u64 {
+        let children = plan.children();
+        if children.is_empty() {
+            return plan.metrics().and_then(|m| m.output_rows()).unwrap_or(0) as u64;
+        }
+        children.into_iter().map(|c| leaves(c.as_ref())).sum()
+    }
+    if profile::enabled() {
+        profile::set(Counter::InputRows, leaves(plan));
     }
 }
 

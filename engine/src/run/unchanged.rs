@@ -112,7 +112,7 @@ pub(super) async fn confirm_unchanged(
         let digests = drive(
             &job,
             &ctx,
-            plan,
+            Arc::clone(&plan),
             router,
             observer.as_ref(),
             |rx, rows_seen| {
@@ -125,6 +125,7 @@ pub(super) async fn confirm_unchanged(
             },
         )
         .await?;
+        super::profile::note_rows_read(plan.as_ref());
         // Rows outside the owned partitions are the full run's to warn about; a file
         // read by name that is gone may have read as no rows: the full run decides.
         if digests.keys().any(|p| owned.binary_search(p).is_err())
