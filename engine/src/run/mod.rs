@@ -274,20 +274,25 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         }
         let data_schema = Arc::clone(Router::new(&output, &job.target.partition_by).data_schema());
 
+        // The plan is not kept past its stream unless profiled: a finished hash join
+        // still holds its build side.
+        let profiled = idem_io::profile::enabled().then(|| Arc::clone(&plan));
         let staged = match &job.execution.cluster {
             None => stage(
                 &job,
                 &table,
                 &run_id,
                 &ctx,
-                Arc::clone(&plan),
+                plan,
                 &output,
                 &kept,
                 observer.as_ref(),
             )
             .await
             .map(|writers| {
-                profile::note_rows_read(plan.as_ref());
+                if let Some(plan) = profiled {
+                    profile::note_rows_read(plan.as_ref());
+                }
                 (writers, Vec::new())
             }),
             Some(cluster) => {
