@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::route::Router;
-use crate::run::stage::{check_partition_name, enforce_budget};
+use crate::run::stage::{Budget, check_partition_name};
 
 /// What a task needs to stage a run's partitions: the table, the run, and how its
 /// files are encoded. Travels with the plan, as JSON.
@@ -386,6 +386,7 @@ fn write_partitions(
     };
     let opts = spec.writer_options()?;
     let mut writers: BTreeMap<PartitionPath, PartitionWriter> = BTreeMap::new();
+    let mut budget = Budget::default();
     let mut first = true;
     let abandon = |writers: BTreeMap<PartitionPath, PartitionWriter>| {
         for w in writers.into_values() {
@@ -427,11 +428,13 @@ fn write_partitions(
             source,
         });
         let flushed = written.and_then(|()| {
-            enforce_budget(&mut writers).map_err(|(partition, source)| Error::Write {
-                target: PathBuf::from(&spec.table),
-                partition,
-                source,
-            })
+            budget
+                .written(&mut writers, rows.num_rows())
+                .map_err(|(partition, source)| Error::Write {
+                    target: PathBuf::from(&spec.table),
+                    partition,
+                    source,
+                })
         });
         let paused = flushed.and_then(|()| {
             if first {
