@@ -357,27 +357,13 @@ pub fn encode_value(array: &dyn Array, row: usize, out: &mut Vec<u8>) {
                 encode_value(entries.column(1).as_ref(), i, out);
             }
         }
-        Dictionary(..) => {
-            let a = array.as_any_dictionary();
-            let keys = a.keys();
-            macro_rules! key {
-                ($t:ty) => {
-                    keys.as_primitive::<$t>().value(row).as_usize()
-                };
+        Dictionary(..) => arrow::downcast_dictionary_array!(
+            array => {
+                let key = array.keys().value(row).as_usize();
+                encode_value(array.values().as_ref(), key, out)
             }
-            let key = match keys.data_type() {
-                Int8 => key!(Int8Type),
-                Int16 => key!(Int16Type),
-                Int32 => key!(Int32Type),
-                Int64 => key!(Int64Type),
-                UInt8 => key!(UInt8Type),
-                UInt16 => key!(UInt16Type),
-                UInt32 => key!(UInt32Type),
-                UInt64 => key!(UInt64Type),
-                other => unreachable!("{other} is not a dictionary key type"),
-            };
-            encode_value(a.values().as_ref(), key, out);
-        }
+            other => unreachable!("{other} is not a dictionary"),
+        ),
         other => unreachable!("canonical encoding of {other} was not checked"),
     }
 }
