@@ -274,9 +274,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
         }
         let data_schema = Arc::clone(Router::new(&output, &job.target.partition_by).data_schema());
 
-        // The plan is not kept past its stream unless profiled: a finished hash join
-        // still holds its build side.
-        let profiled = idem_io::profile::enabled().then(|| Arc::clone(&plan));
+        let rows_read = profile::RowsRead::watch(&plan);
         let staged = match &job.execution.cluster {
             None => stage(
                 &job,
@@ -290,9 +288,7 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             )
             .await
             .map(|writers| {
-                if let Some(plan) = profiled {
-                    profile::note_rows_read(plan.as_ref());
-                }
+                rows_read.record();
                 (writers, Vec::new())
             }),
             Some(cluster) => {

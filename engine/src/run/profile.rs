@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use datafusion::physical_plan::ExecutionPlan;
 use idem_io::profile::{self, Counter};
 use serde::Serialize;
 
@@ -154,18 +155,28 @@ impl Profiler {
     }
 }
 
-/// Records the rows `plan`'s scans produced, once its stream has ended: the output
-/// rows of its leaves (a leaf without metrics adds none).
-pub fn note_rows_read(plan: &dyn datafusion::physical_plan::ExecutionPlan) {
-    fn leaves(plan: &dyn datafusion::physical_plan::ExecutionPlan) -> u64 {
-        let children = plan.children();
-        if children.is_empty() {
-            return plan.metrics().and_then(|m| m.output_rows()).unwrap_or(0) as u64;
-        }
-        children.into_iter().map(|c| leaves(c.as_ref())).sum()
+/// The plan of a profiled run, kept to count its scans' rows once its stream has ended.
+/// Not kept otherwise: a finished hash join still holds its build side.
+pub struct RowsRead(Option<Arc<dyn ExecutionPlan>>);
+
+impl RowsRead {
+    pub fn watch(plan: &Arc<dyn ExecutionPlan>) -> Self {
+        Self(profile::enabled().then(|| Arc::clone(plan)))
     }
-    if profile::enabled() {
-        profile::set(Counter::InputRows, leaves(plan));
+
+    /// Records the rows the plan's scans produced: the output rows of its leaves (a
+    /// leaf without metrics adds none).
+    pub fn record(self) {
+        fn leaves(plan: &dyn ExecutionPlan) -> u64 {
+            let children = plan.children();
+            if children.is_empty() {
+                return plan.metrics().and_then(|m| m.output_rows()).unwrap_or(0) as u64;
+            }
+            children.into_iter().map(|c| leaves(c.as_ref())).sum()
+        }
+        if let Some(plan) = self.0 {
+            profile::set(Counter::InputRows, leaves(plan.as_ref()));
+        }
     }
 }
 

@@ -109,9 +109,7 @@ pub(super) async fn confirm_unchanged(
         };
         let schema = schema_fingerprint(&describe_schema(&output, &job.target.partition_by));
         let router = Arc::new(Router::new(&output, &job.target.partition_by));
-        // Kept past its stream only when profiled (a finished hash join still holds
-        // its build side).
-        let profiled = idem_io::profile::enabled().then(|| Arc::clone(&plan));
+        let rows_read = super::profile::RowsRead::watch(&plan);
         let digests = drive(
             &job,
             &ctx,
@@ -128,9 +126,7 @@ pub(super) async fn confirm_unchanged(
             },
         )
         .await?;
-        if let Some(plan) = profiled {
-            super::profile::note_rows_read(plan.as_ref());
-        }
+        rows_read.record();
         // Rows outside the owned partitions are the full run's to warn about; a file
         // read by name that is gone may have read as no rows: the full run decides.
         if digests.keys().any(|p| owned.binary_search(p).is_err())
