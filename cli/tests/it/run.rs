@@ -661,3 +661,89 @@ fn a_profile_adds_up_to_the_runs_wall_time() {
     let out = lake.idem(&["verify", FCT, "--date", day, "--profile"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// One day's orders into 3,000 partitions (`partition_by = ["dt", "bucket"]`): every
+/// query batch is routed as thousands of parts of a few rows each. Every partition
+/// holds exactly its rows (DuckDB over the raw day is the reference) in one file of
+/// one row group, not one row group per part, and a re-run finds every partition
+/// unchanged and leaves the table byte for byte as it was.
+#[test]
+fn thousands_of_partitions_a_day_are_whole_and_one_row_group_each() {
+    const BUCKETS: usize = 3000;
+    let lake = Lake::new();
+    let spec = idem_testdata::OrdersSpec {
+        days: 1,
+        rows_per_day: 40_000,
+        customers: 100_000,
+        ..Default::default()
+    };
+    idem_testdata::write_orders(&lake.join("raw/orders"), &spec).unwrap();
+    let job = lake.job(
+        "buckets",
+        &format!(
+            r#"
+name = "buckets"
+[sources.orders]
+path = "raw/orders/"
+partitioned_by = ["created_date"]
+[transform]
+sql = """
+select order_id, customer_id, amount_usd, status, cast(created_at as date) as dt,
+       customer_id % {BUCKETS} as bucket
+from orders where created_date = $run_date
+"""
+[target]
+path = "out/buckets/"
+partition_by = ["dt", "bucket"]
+"#
+        ),
+    );
+    let first = lake.idem_ok(&["run", &job, "--date", "2026-06-01", "--json"]);
+    let acts = actions(&first);
+    assert_eq!(acts.len(), BUCKETS, "one partition per bucket");
+    assert!(acts.iter().all(|(_, a)| a == "written"), "{acts:?}");
+
+    let per_bucket = |glob: String, bucket: &str| {
+        readers(&[
+            "duckdb",
+            &format!(
+                "select {bucket} as bucket, count(*) as n, sum(amount_usd) as amount, \
+                 min(order_id) as lo, max(order_id) as hi, count(distinct status) as statuses \
+                 from read_parquet('{glob}', hive_partitioning=true) group by all"
+            ),
+        ])
+    };
+    let table = lake.join("out/buckets");
+    let written = per_bucket(format!("{}/*/*/*.parquet", table.display()), "bucket");
+    let expected = per_bucket(
+        format!("{}/raw/orders/*/*.parquet", lake.path().display()),
+        &format!("customer_id % {BUCKETS}"),
+    );
+    assert_eq!(written.as_array().unwrap().len(), BUCKETS);
+    assert_eq!(written, expected);
+
+    let layout = readers(&[
+        "duckdb",
+        &format!(
+            "select count(distinct file_name) as files, max(row_group_id) as last_row_group \
+             from parquet_metadata('{}/*/*/*.parquet')",
+            table.display()
+        ),
+    ]);
+    assert_eq!(
+        layout,
+        serde_json::json!([{"files": BUCKETS.to_string(), "last_row_group": "0"}]),
+        "one file of one row group a partition"
+    );
+
+    let before = snapshot(&table);
+    let again = lake.idem_ok(&["run", &job, "--date", "2026-06-01", "--json"]);
+    let acts = actions(&again);
+    assert_eq!(acts.len(), BUCKETS);
+    assert!(acts.iter().all(|(_, a)| a == "unchanged"), "{acts:?}");
+    assert_eq!(
+        before,
+        snapshot(&table),
+        "a re-run changed the table's files"
+    );
+}

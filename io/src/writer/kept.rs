@@ -27,7 +27,7 @@ impl PartitionWriter {
     /// are named after the kept ones. Call before the first write.
     pub fn keep(&mut self, files: Vec<KeptFile>, generation: u64) -> Result<()> {
         assert!(
-            self.current.is_none() && self.done.is_empty(),
+            self.current.is_none() && self.done.is_empty() && self.held.rows() == 0,
             "keep() before any write"
         );
         self.generation = generation;
@@ -77,7 +77,7 @@ impl PartitionWriter {
     /// total's differ. Call before the first write.
     pub fn derive_digest(&mut self, rows: Arc<Difference>) {
         assert!(
-            self.current.is_none() && self.done.is_empty(),
+            self.current.is_none() && self.done.is_empty() && self.held.rows() == 0,
             "derive_digest() before any write"
         );
         self.derived = Some(rows);

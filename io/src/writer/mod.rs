@@ -1,14 +1,16 @@
 //! The streaming Parquet writer of one partition.
 //!
-//! Rows arrive batch by batch and are encoded at once, each column in order on rayon,
-//! the columns of successive batches in parallel (see encode.rs), while the content
-//! digest is computed beside them; only the encoded pages of
+//! Rows arrive batch by batch and are encoded at once (small parts of them are held
+//! and encoded together, see held.rs), each column in order on rayon, the columns of
+//! successive batches in parallel (see encode.rs), while the content digest is
+//! computed beside them; only the encoded pages of
 //! the current row group are held in memory, so a partition larger than memory is
 //! written in bounded space. Files roll at a target size. Footers are written last,
 //! when the partition is complete, because every file's footer carries the manifest
 //! of the whole partition (its file list, rows and digest).
 
 mod file;
+mod held;
 mod kept;
 mod options;
 #[cfg(test)]
@@ -39,6 +41,7 @@ use crate::manifest::{
     ColumnEntry, FileEntry, MANIFEST_FORMAT, MANIFEST_KEY, Manifest, RunInfo, schema_fingerprint,
 };
 use file::{FileWriter, OpenFile, SpillFile, file_token};
+use held::Held;
 use options::{high_cardinality_columns, plain_schema, writer_properties};
 
 /// Writes one partition's data files into a staging directory.
@@ -50,8 +53,11 @@ pub struct PartitionWriter {
     opts: WriterOptions,
     /// Files whose data is complete, waiting for their footer.
     done: Vec<OpenFile>,
-    /// Whether the first batch has set which columns are written without a dictionary.
+    /// Whether the first batch encoded has set which columns are written without a
+    /// dictionary.
     dictionary_decided: bool,
+    /// Small parts not yet encoded.
+    held: Held,
     current: Option<(OpenFile, ArrowRowGroupWriterFactory)>,
     row_group: Option<RowGroupEncoder>,
     /// The number of Parquet leaf columns of each field.
@@ -102,6 +108,7 @@ impl PartitionWriter {
             schema,
             props: Arc::new(props),
             dictionary_decided: false,
+            held: Held::default(),
             opts,
             done: Vec::new(),
             current: None,
@@ -122,11 +129,12 @@ impl PartitionWriter {
     }
 
     pub fn rows(&self) -> u64 {
-        self.digest.rows() + self.row_group.as_ref().map_or(0, |rg| rg.rows as u64)
+        let encoding = self.row_group.as_ref().map_or(0, |rg| rg.rows);
+        self.digest.rows() + (encoding + self.held.rows()) as u64
     }
 
     /// Encoded bytes so far, including the buffered row group as of the batches
-    /// encoded (a few more may be queued, see encode.rs).
+    /// encoded (a few more may be queued, see encode.rs; rows held are not encoded).
     pub fn bytes(&self) -> u64 {
         let done: u64 = self.done.iter().map(|f| f.bytes).sum();
         let cur = self.current.as_ref().map(|(f, _)| f.bytes).unwrap_or(0);
@@ -134,10 +142,11 @@ impl PartitionWriter {
         done + cur + buffered as u64
     }
 
-    /// Memory held by the buffered row group's writers (the few batches queued for
-    /// encoding across the process are bounded separately, see encode.rs).
+    /// Memory held by the buffered row group's writers and the rows held back (the few
+    /// batches queued for encoding across the process are bounded separately, see
+    /// encode.rs).
     pub fn buffered_memory(&self) -> usize {
-        self.row_group.as_ref().map_or(0, |rg| rg.memory())
+        self.row_group.as_ref().map_or(0, |rg| rg.memory()) + self.held.memory()
     }
 
     fn err(&self) -> impl Fn(parquet::errors::ParquetError) -> Error + '_ {
@@ -147,16 +156,50 @@ impl PartitionWriter {
         }
     }
 
-    /// Encodes `batch` (data columns only, in schema order).
+    /// Writes `batch` (data columns only, in schema order).
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        if !self.dictionary_decided && batch.num_rows() > 0 {
-            // Before the first file opens: which columns skip dictionary encoding.
-            self.dictionary_decided = true;
-            let plain = high_cardinality_columns(batch);
-            if !plain.is_empty() {
-                self.props = Arc::new(writer_properties(&self.opts, &plain));
-            }
+        if batch.num_rows() == 0 {
+            return Ok(());
         }
+        if batch.num_rows() < Held::SMALL {
+            let enough = self.held.hold(batch).map_err(self.arrow_err())?;
+            return if enough { self.encode_held() } else { Ok(()) };
+        }
+        // The first large batch judges the columns, not the few rows held before it.
+        self.decide_dictionaries(batch);
+        self.encode_held()?;
+        self.encode(batch)
+    }
+
+    /// Before the first file opens, from the first rows encoded: which columns skip
+    /// dictionary encoding.
+    fn decide_dictionaries(&mut self, batch: &RecordBatch) {
+        if self.dictionary_decided {
+            return;
+        }
+        self.dictionary_decided = true;
+        let plain = high_cardinality_columns(batch);
+        if !plain.is_empty() {
+            self.props = Arc::new(writer_properties(&self.opts, &plain));
+        }
+    }
+
+    fn arrow_err(&self) -> impl Fn(arrow::error::ArrowError) -> Error + '_ {
+        move |source| Error::Arrow {
+            partition: self.partition.to_string(),
+            source,
+        }
+    }
+
+    fn encode_held(&mut self) -> Result<()> {
+        match self.held.take().map_err(self.arrow_err())? {
+            Some(batch) => self.encode(&batch),
+            None => Ok(()),
+        }
+    }
+
+    fn encode(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.decide_dictionaries(batch);
         let mut offset = 0;
         while offset < batch.num_rows() {
             if self.row_group.is_none() {
@@ -242,6 +285,7 @@ impl PartitionWriter {
     /// Writes the buffered row group out now (to bound memory across many partitions),
     /// waiting for its append so that its memory is free on return.
     pub fn flush(&mut self) -> Result<()> {
+        self.encode_held()?;
         self.flush_row_group()?;
         let current = self.current.iter_mut().map(|(f, _)| f);
         for f in self.done.iter_mut().chain(current) {
@@ -303,6 +347,7 @@ impl PartitionWriter {
     /// files durable when it publishes them, so a partition found unchanged (most
     /// re-runs) is discarded without waiting for the disk.
     pub fn finish(mut self, run: &RunInfo, schema: Vec<ColumnEntry>) -> Result<WrittenPartition> {
+        self.encode_held()?;
         self.flush_row_group()?;
         if let Some((file, _)) = self.current.take() {
             self.done.push(file);

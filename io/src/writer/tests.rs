@@ -8,7 +8,7 @@ use super::options::*;
 use super::*;
 use crate::digest::digest_batch;
 use crate::manifest::{describe_schema, read_from_file};
-use arrow::array::{ArrayRef, Int64Array, StringArray};
+use arrow::array::{ArrayRef, AsArray, Int64Array, StringArray};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 fn batch(start: i64, n: i64) -> RecordBatch {
@@ -294,39 +294,45 @@ fn a_derived_digest_equals_hashing_every_row() {
     let live = digest_batch(&batch(0, 3000));
     let kept = [batch(0, 1000), batch(1500, 1500)];
     let added = batch(5000, 600);
-    let written = |name: &str, opts: WriterOptions, derive: Option<Arc<Difference>>| {
-        let mut w = PartitionWriter::new(
-            PartitionPath::root(),
-            dir.path().join(name),
-            Arc::clone(&schema),
-            opts,
-        )
-        .unwrap();
-        if let Some(rows) = derive {
-            w.derive_digest(rows);
-        }
-        for b in kept.iter().chain([&added]) {
-            w.write(b).unwrap();
-        }
-        w.finish(&RunInfo::default(), describe_schema(&schema, &[]))
-    };
+    // `step`: rows per write (parts of a few rows are held and encoded together).
+    let written =
+        |name: &str, opts: WriterOptions, step: usize, derive: Option<Arc<Difference>>| {
+            let mut w = PartitionWriter::new(
+                PartitionPath::root(),
+                dir.path().join(name),
+                Arc::clone(&schema),
+                opts,
+            )
+            .unwrap();
+            if let Some(rows) = derive {
+                w.derive_digest(rows);
+            }
+            for b in kept.iter().chain([&added]) {
+                for at in (0..b.num_rows()).step_by(step) {
+                    w.write(&b.slice(at, step.min(b.num_rows() - at))).unwrap();
+                }
+            }
+            w.finish(&RunInfo::default(), describe_schema(&schema, &[]))
+        };
     let difference = || {
         let rows = Difference::new(live);
         rows.remove(digest_batch(&batch(1000, 500)));
         rows.add(digest_batch(&added));
         Arc::new(rows)
     };
-    for opts in [
-        WriterOptions::default(),
-        // Several files: the later ones are hashed, the first gets what is left.
-        WriterOptions {
-            row_group_rows: 500,
-            target_file_bytes: 1,
-            ..Default::default()
-        },
+    // Several files: the later ones are hashed, the first gets what is left.
+    let several = WriterOptions {
+        row_group_rows: 500,
+        target_file_bytes: 1,
+        ..Default::default()
+    };
+    for (opts, step) in [
+        (WriterOptions::default(), usize::MAX),
+        (several.clone(), usize::MAX),
+        (several, 7),
     ] {
-        let hashed = written("hashed", opts.clone(), None).unwrap();
-        let derived = written("derived", opts.clone(), Some(difference())).unwrap();
+        let hashed = written("hashed", opts.clone(), step, None).unwrap();
+        let derived = written("derived", opts.clone(), step, Some(difference())).unwrap();
         assert_eq!(derived.manifest.digest, hashed.manifest.digest);
         // The same files but for their names (each writer names its own).
         let unnamed = |w: &WrittenPartition| {
@@ -344,7 +350,13 @@ fn a_derived_digest_equals_hashing_every_row() {
     let wrong = Difference::new(live);
     wrong.remove(digest_batch(&batch(1000, 499)));
     wrong.add(digest_batch(&added));
-    let err = written("wrong", WriterOptions::default(), Some(Arc::new(wrong))).unwrap_err();
+    let err = written(
+        "wrong",
+        WriterOptions::default(),
+        usize::MAX,
+        Some(Arc::new(wrong)),
+    )
+    .unwrap_err();
     assert_eq!(
         err.to_string(),
         "the digest of partition (table) could not be derived: 3100 rows were written where 3101 were expected"
@@ -406,4 +418,100 @@ fn kept_files_are_linked_listed_and_counted_in_the_digest() {
         crate::manifest::LiveState::Managed(m) => assert_eq!(*m, new.manifest),
         other => panic!("{other:?}"),
     }
+}
+
+/// A writer of the unpartitioned table's partition, with the default options.
+fn root_writer(dir: &Path, schema: &arrow::datatypes::SchemaRef) -> PartitionWriter {
+    let opts = WriterOptions::default();
+    PartitionWriter::new(PartitionPath::root(), dir.into(), Arc::clone(schema), opts).unwrap()
+}
+
+/// Thousands of parts of a few rows each, as a query batch routed into thousands of
+/// partitions gives every partition: they are encoded together, so the partition is
+/// one row group holding every row in the order written, with the digest of hashing
+/// them all; what they hold meanwhile counts toward the memory budget and a flush
+/// writes it out.
+#[test]
+fn small_parts_are_encoded_together_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = batch(0, 9000);
+    let schema = whole.schema();
+    let mut w = root_writer(&dir.path().join("p"), &schema);
+    for at in (0..3000).step_by(3) {
+        w.write(&whole.slice(at, 3)).unwrap();
+    }
+    assert_eq!(w.rows(), 3000);
+    assert!(w.buffered_memory() > 0, "held rows count toward the budget");
+    w.flush().unwrap();
+    assert_eq!(w.buffered_memory(), 0, "a flush writes held rows out");
+    for at in (3000..9000).step_by(2) {
+        w.write(&whole.slice(at, 2)).unwrap();
+    }
+    let written = w
+        .finish(&RunInfo::default(), describe_schema(&schema, &[]))
+        .unwrap();
+    assert_eq!(written.manifest.rows, 9000);
+    assert_eq!(written.manifest.digest, digest_batch(&whole).finish());
+    let path = written.dir.join(&written.manifest.files[0].name);
+    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
+    // The flush cut one row group; the 6,000 rows after it are one more, not 3,000.
+    assert_eq!(reader.metadata().num_row_groups(), 2);
+    let read: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
+    let read = arrow::compute::concat_batches(&schema, &read).unwrap();
+    assert_eq!(read.columns(), whole.columns());
+}
+
+/// A held part of a string view column keeps only its own values, not the buffers it
+/// shares with the batch it was cut from: a partition holding a few rows of each of
+/// many large batches holds (and counts) a few rows' worth.
+#[test]
+fn held_views_keep_only_their_own_values() {
+    use arrow::array::StringViewArray;
+    let dir = tempfile::tempdir().unwrap();
+    let big = |start: usize| {
+        let values: Vec<String> = (start..start + 8192)
+            .map(|i| format!("a value long enough not to be inlined {i:08}"))
+            .collect();
+        RecordBatch::try_from_iter([(
+            "s",
+            Arc::new(StringViewArray::from_iter_values(values)) as ArrayRef,
+        )])
+        .unwrap()
+    };
+    let schema = big(0).schema();
+    let mut w = root_writer(&dir.path().join("p"), &schema);
+    let batches: Vec<_> = (0..100).map(|i| big(i * 8192)).collect();
+    let one_batch = batches[0].get_array_memory_size();
+    for b in &batches {
+        w.write(&b.slice(17, 2)).unwrap();
+    }
+    assert_eq!(w.rows(), 200);
+    assert!(
+        w.buffered_memory() < one_batch / 4,
+        "200 held rows count {} bytes; one batch they came from has {one_batch}",
+        w.buffered_memory()
+    );
+    let written = w
+        .finish(&RunInfo::default(), describe_schema(&schema, &[]))
+        .unwrap();
+    let path = written.dir.join(&written.manifest.files[0].name);
+    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let read: Vec<String> = reader
+        .flat_map(|b| {
+            let b = b.unwrap();
+            let c = arrow::compute::cast(b.column(0), &DataType::Utf8).unwrap();
+            c.as_string::<i32>()
+                .iter()
+                .map(|v| v.unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let expected: Vec<String> = (0..100)
+        .flat_map(|i| [i * 8192 + 17, i * 8192 + 18])
+        .map(|i| format!("a value long enough not to be inlined {i:08}"))
+        .collect();
+    assert_eq!(read, expected);
 }
