@@ -375,16 +375,80 @@ pub(super) fn finalize(
 
     observer.phase("finishing");
     let mut staged: Vec<WrittenPartition> = elsewhere;
-    for (p, w) in writers {
-        staged.push(
-            w.finish(run, schema.clone())
-                .map_err(|source| Error::Write {
-                    target: job.target.path.clone(),
-                    partition: p.to_string(),
-                    source,
-                })?,
-        );
-    }
+    staged.extend(
+        finish_all(writers, run, &schema).map_err(|(partition, source)| Error::Write {
+            target: job.target.path.clone(),
+            partition,
+            source,
+        })?,
+    );
     failpoint::hit("after_stage").map_err(storage)?;
     Ok((staged, warnings))
+}
+
+/// Finishes every writer, a few at a time, in partition order. With thousands of
+/// small partitions the time goes to creating, writing and closing thousands of
+/// files, each a few system calls that wait on the file system: several threads keep
+/// it busy. After an error no more are started; the error names its partition.
+fn finish_all(
+    writers: Writers,
+    run: &RunInfo,
+    schema: &[ColumnEntry],
+) -> std::result::Result<Vec<WrittenPartition>, (String, idem_io::Error)> {
+    const THREADS: usize = 4;
+    if writers.len() <= 1 {
+        return writers
+            .into_iter()
+            .map(|(p, w)| {
+                w.finish(run, schema.to_vec())
+                    .map_err(|e| (p.to_string(), e))
+            })
+            .collect();
+    }
+    let total = writers.len();
+    let queue = std::sync::Mutex::new(writers.into_iter().enumerate());
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let finished = std::thread::scope(|s| {
+        let finisher = || {
+            let mut out = Vec::new();
+            while !failed.load(Ordering::Relaxed) {
+                let next = queue.lock().expect("finish queue").next();
+                let Some((i, (p, w))) = next else { break };
+                match w.finish(run, schema.to_vec()) {
+                    Ok(written) => out.push((i, written)),
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        return Err((i, p.to_string(), e));
+                    }
+                }
+            }
+            Ok(out)
+        };
+        let threads: Vec<_> = (0..THREADS.min(total))
+            .map(|_| {
+                std::thread::Builder::new()
+                    .name("idem-finish".into())
+                    .spawn_scoped(s, finisher)
+                    .expect("spawn a finishing thread")
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect::<Vec<_>>()
+    });
+    let mut done = Vec::with_capacity(total);
+    let mut first_error: Option<(usize, String, idem_io::Error)> = None;
+    for f in finished {
+        match f {
+            Ok(out) => done.extend(out),
+            Err(e) if first_error.as_ref().is_none_or(|f| e.0 < f.0) => first_error = Some(e),
+            Err(_) => {}
+        }
+    }
+    if let Some((_, partition, e)) = first_error {
+        return Err((partition, e));
+    }
+    done.sort_unstable_by_key(|(i, _)| *i);
+    Ok(done.into_iter().map(|(_, w)| w).collect())
 }
