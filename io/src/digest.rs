@@ -134,13 +134,19 @@ pub fn digest_batch(batch: &RecordBatch) -> DigestState {
     digest_columns(batch.columns(), batch.num_rows())
 }
 
+/// Batches of fewer rows are hashed on the calling thread: handing a batch of a few
+/// rows to rayon and waiting for it costs more than hashing it (a day routed into
+/// thousands of partitions is hundreds of thousands of such batches).
+const PARALLEL_ROWS: usize = 4096;
+
 /// The digest state of `rows` rows given as columns (the data columns, in order).
 pub fn digest_columns(columns: &[arrow::array::ArrayRef], rows: usize) -> DigestState {
-    let per_column: Vec<Vec<u64>> = columns
-        .par_iter()
-        .enumerate()
-        .map(|(j, col)| column_hashes(col.as_ref(), j as u64))
-        .collect();
+    let hash = |(j, col): (usize, &arrow::array::ArrayRef)| column_hashes(col.as_ref(), j as u64);
+    let per_column: Vec<Vec<u64>> = if rows < PARALLEL_ROWS {
+        columns.iter().enumerate().map(hash).collect()
+    } else {
+        columns.par_iter().enumerate().map(hash).collect()
+    };
     let columns: Vec<&[u64]> = per_column.iter().map(|c| c.as_slice()).collect();
     let sum = crate::xxh3::sum_row_hashes(&columns, rows);
     DigestState {

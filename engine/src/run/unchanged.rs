@@ -84,7 +84,8 @@ pub(super) async fn confirm_unchanged(
         // ones, and the window's own, created empty when missing), taken after the
         // dead-run cleanup as the full run takes it. Unless each is live and fresh, the
         // full run has something to write whatever the output: no query here.
-        let fresh: Vec<String> = fresh.iter().map(|f| f.partition.clone()).collect();
+        let fresh: std::collections::HashSet<String> =
+            fresh.iter().map(|f| f.partition.clone()).collect();
         let (job2, table2, window2, time2) =
             (job.clone(), Arc::clone(&table), window, time.clone());
         let found = crate::blocking(move || {
