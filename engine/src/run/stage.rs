@@ -55,35 +55,38 @@ pub(super) async fn stage(
         use idem_io::profile::{Counter, timed};
         let mut writers: Writers = BTreeMap::new();
         let mut budget = Budget::default();
-        while let Some((p, batch)) = timed(Counter::Waiting, || rx.blocking_recv()) {
+        while let Some(parts) = timed(Counter::Waiting, || rx.blocking_recv()) {
             let handed = std::time::Instant::now();
-            let w = match writers.get_mut(&p) {
-                Some(w) => w,
-                None => {
-                    check_partition_name(&job_path, &p)?;
-                    let w = new_writer(table2.as_ref(), &run_id2, &p, &data_schema, &opts, &kept)?;
-                    writers.entry(p.clone()).or_insert(w)
+            for (p, batch) in parts {
+                let w = match writers.get_mut(&p) {
+                    Some(w) => w,
+                    None => {
+                        check_partition_name(&job_path, &p)?;
+                        let w =
+                            new_writer(table2.as_ref(), &run_id2, &p, &data_schema, &opts, &kept)?;
+                        writers.entry(p.clone()).or_insert(w)
+                    }
+                };
+                w.write(&batch).map_err(|source| Error::Write {
+                    target: table2.location().into(),
+                    partition: p.to_string(),
+                    source,
+                })?;
+                if rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed) == 0 {
+                    failpoint::hit("after_first_batch").map_err(|source| Error::Storage {
+                        target: table2.location().into(),
+                        source,
+                    })?;
                 }
-            };
-            w.write(&batch).map_err(|source| Error::Write {
-                target: table2.location().into(),
-                partition: p.to_string(),
-                source,
-            })?;
-            if rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed) == 0 {
-                failpoint::hit("after_first_batch").map_err(|source| Error::Storage {
-                    target: table2.location().into(),
-                    source,
-                })?;
+                let rows = batch.num_rows();
+                budget
+                    .written(&mut writers, rows)
+                    .map_err(|(partition, source)| Error::Write {
+                        target: table2.location().into(),
+                        partition,
+                        source,
+                    })?;
             }
-            let rows = batch.num_rows();
-            budget
-                .written(&mut writers, rows)
-                .map_err(|(partition, source)| Error::Write {
-                    target: table2.location().into(),
-                    partition,
-                    source,
-                })?;
             if idem_io::profile::enabled() {
                 idem_io::profile::add_since(Counter::Writing, handed);
             }
@@ -93,8 +96,11 @@ pub(super) async fn stage(
     .await
 }
 
-/// Batches of one partition's data columns, from the plan to the consuming thread.
-pub(super) type Routed = tokio::sync::mpsc::Receiver<(PartitionPath, RecordBatch)>;
+/// The parts of one query batch, each a batch of one partition's data columns, from
+/// the plan to the consuming thread. One message a query batch, not a part: routed
+/// into thousands of partitions, a batch is thousands of parts, and a message each
+/// woke the consumer (or a producer) for every part.
+pub(super) type Routed = tokio::sync::mpsc::Receiver<Vec<(PartitionPath, RecordBatch)>>;
 
 /// Executes `plan`, routes its batches to their partitions and hands them to `consume`
 /// on a thread of its own (it encodes or digests on rayon), which counts the rows it
@@ -112,8 +118,7 @@ pub(super) async fn drive<T: Send + 'static>(
     let partitions = plan.properties().output_partitioning().partition_count();
     // One batch waiting per producer (at most 8): the consumer takes one at a time, so
     // a longer queue only holds more memory.
-    let (tx, mut rx) =
-        tokio::sync::mpsc::channel::<(PartitionPath, RecordBatch)>(partitions.clamp(2, 8));
+    let (tx, mut rx) = tokio::sync::mpsc::channel(partitions.clamp(2, 8));
     let rows_done = Arc::new(AtomicU64::new(0));
     let rows_seen = Arc::clone(&rows_done);
     // Open every output stream before the consumer starts, so a failure here leaves
@@ -133,12 +138,10 @@ pub(super) async fn drive<T: Send + 'static>(
         let router = Arc::clone(&router);
         producers.spawn(async move {
             while let Some(batch) = stream.next().await {
-                let batch = batch?;
-                for part in router.split(&batch)? {
-                    if tx.send(part).await.is_err() {
-                        // The consumer stopped; its own error is reported below.
-                        return Ok(());
-                    }
+                let parts = router.split(&batch?)?;
+                if !parts.is_empty() && tx.send(parts).await.is_err() {
+                    // The consumer stopped; its own error is reported below.
+                    return Ok(());
                 }
             }
             Ok::<(), datafusion::error::DataFusionError>(())

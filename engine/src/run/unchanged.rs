@@ -119,9 +119,11 @@ pub(super) async fn confirm_unchanged(
             observer.as_ref(),
             |rx, rows_seen| {
                 let mut digests: BTreeMap<PartitionPath, DigestState> = BTreeMap::new();
-                while let Some((p, batch)) = rx.blocking_recv() {
-                    digests.entry(p).or_default().update(&batch);
-                    rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                while let Some(parts) = rx.blocking_recv() {
+                    for (p, batch) in parts {
+                        digests.entry(p).or_default().update(&batch);
+                        rows_seen.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                    }
                 }
                 Ok(digests)
             },
