@@ -193,6 +193,36 @@ impl Live {
 }
 
 impl DeltaLake {
+    /// One look at whether the place is this job's Delta table or could become one.
+    fn check_layout_once(&self, partition_by: &[String]) -> Result<()> {
+        if let Some(live) = self.live()? {
+            let found = live.state.metadata().partition_columns().to_vec();
+            if found != partition_by {
+                return Err(Error::Layout {
+                    table: self.location(),
+                    problem: crate::layout::Problem::OtherLayout { found },
+                });
+            }
+            return Ok(());
+        }
+        // No Delta log yet: the place must hold nothing a commit would hide, unless an
+        // earlier run began creating the table here (its files are orphans).
+        let creating = crate::store::block(self.store.head(&ObjectPath::from(CREATING)));
+        if creating.is_ok() {
+            return Ok(());
+        }
+        self.inner().check_layout(partition_by)?;
+        match self.inner().partitions() {
+            Ok(found) if !found.is_empty() => Err(Error::Layout {
+                table: self.location(),
+                problem: crate::layout::Problem::NotATable {
+                    found: found.iter().take(3).map(|p| p.to_string()).collect(),
+                },
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// The Delta table on local disk at `root` (which need not exist yet).
     pub fn local(root: &Path) -> Result<Self> {
         let table = LocalTable::new(root);
@@ -1055,31 +1085,15 @@ impl CommitBackend for DeltaLake {
     }
 
     fn check_layout(&self, partition_by: &[String]) -> Result<()> {
-        if let Some(live) = self.live()? {
-            let found = live.state.metadata().partition_columns().to_vec();
-            if found != partition_by {
-                return Err(Error::Layout {
-                    table: self.location(),
-                    problem: crate::layout::Problem::OtherLayout { found },
-                });
-            }
-            return Ok(());
-        }
-        // No Delta log yet: the place must hold nothing a commit would hide, unless an
-        // earlier run began creating the table here (its files are orphans).
-        let creating = crate::store::block(self.store.head(&ObjectPath::from(CREATING)));
-        if creating.is_ok() {
-            return Ok(());
-        }
-        self.inner().check_layout(partition_by)?;
-        match self.inner().partitions() {
-            Ok(found) if !found.is_empty() => Err(Error::Layout {
-                table: self.location(),
-                problem: crate::layout::Problem::NotATable {
-                    found: found.iter().take(3).map(|p| p.to_string()).collect(),
-                },
-            }),
-            _ => Ok(()),
+        match self.check_layout_once(partition_by) {
+            // Another run may have begun creating the table between this one's looks:
+            // its marker (or its first commit) made `_delta_log/` appear after the
+            // marker was looked for. Looking again finds the marker or the log.
+            Err(Error::Layout {
+                problem: crate::layout::Problem::NotATable { .. },
+                ..
+            }) => self.check_layout_once(partition_by),
+            other => other,
         }
     }
 
