@@ -399,15 +399,6 @@ fn finish_all(
     schema: &[ColumnEntry],
 ) -> std::result::Result<Vec<WrittenPartition>, (String, idem_io::Error)> {
     const THREADS: usize = 4;
-    if writers.len() <= 1 {
-        return writers
-            .into_iter()
-            .map(|(p, w)| {
-                w.finish(run, schema.to_vec())
-                    .map_err(|e| (p.to_string(), e))
-            })
-            .collect();
-    }
     let total = writers.len();
     let queue = std::sync::Mutex::new(writers.into_iter().enumerate());
     let failed = std::sync::atomic::AtomicBool::new(false);
@@ -441,15 +432,14 @@ fn finish_all(
             .collect::<Vec<_>>()
     });
     let mut done = Vec::with_capacity(total);
-    let mut first_error: Option<(usize, String, idem_io::Error)> = None;
+    let mut errors = Vec::new();
     for f in finished {
         match f {
             Ok(out) => done.extend(out),
-            Err(e) if first_error.as_ref().is_none_or(|f| e.0 < f.0) => first_error = Some(e),
-            Err(_) => {}
+            Err(e) => errors.push(e),
         }
     }
-    if let Some((_, partition, e)) = first_error {
+    if let Some((_, partition, e)) = errors.into_iter().min_by_key(|(i, ..)| *i) {
         return Err((partition, e));
     }
     done.sort_unstable_by_key(|(i, _)| *i);
