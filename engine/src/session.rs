@@ -154,10 +154,16 @@ fn runtime(job: &Job) -> Arc<RuntimeEnv> {
         .with_list_files_cache_limit(0)
         .with_file_statistics_cache(Some(statistics))
         .with_file_metadata_cache(Some(footers));
-    RuntimeEnvBuilder::new()
+    let runtime = RuntimeEnvBuilder::new()
         .with_cache_manager(caches)
         .build_arc()
-        .expect("a runtime of the default settings and these caches is valid")
+        .expect("a runtime of the default settings and these caches is valid");
+    // Local files are read through recycled buffers (see idem_io::local_reads).
+    runtime.register_object_store(
+        datafusion::execution::object_store::ObjectStoreUrl::local_filesystem().as_ref(),
+        Arc::new(idem_io::local_reads::LocalReads::new()),
+    );
+    runtime
 }
 
 async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {

@@ -15,6 +15,7 @@ pub mod fault;
 pub mod fs;
 pub mod hive;
 pub mod layout;
+pub mod local_reads;
 pub mod log;
 pub mod manifest;
 pub mod profile;
