@@ -123,7 +123,7 @@ fn strip_zeros(v: i128, scale: i8) -> (i128, i8) {
 pub fn hash_column(col: &dyn Array, seed: u64) -> Vec<u64> {
     use xxhash_rust::xxh3::xxh3_64_with_seed as h;
     let null_hash = h(&[TAG_NULL], seed);
-    use crate::xxh3::{tag_i32, tag_i128, tag_len_bytes, tag_u8_i128};
+    use crate::xxh3::{tag_i32, tag_i128, tag_u8_i128};
     macro_rules! ints {
         ($t:ty) => {
             hash_values(col.as_primitive::<$t>(), null_hash, |v| {
@@ -173,16 +173,26 @@ pub fn hash_column(col: &dyn Array, seed: u64) -> Vec<u64> {
         Timestamp(TimeUnit::Nanosecond, _) => {
             timestamps!(TimestampNanosecondType, TimeUnit::Nanosecond)
         }
-        Utf8 | LargeUtf8 | Utf8View => {
-            let one = |v: Option<&str>| match v {
-                None => null_hash,
-                Some(v) => tag_len_bytes(TAG_STRING, v.as_bytes(), seed),
-            };
+        Utf8 | LargeUtf8 => {
+            let mut short = ShortStrings::new(seed);
+            let one = |v: Option<&str>| v.map_or(null_hash, |v| short.hash(v.as_bytes()));
             match col.data_type() {
                 Utf8 => col.as_string::<i32>().iter().map(one).collect(),
-                LargeUtf8 => col.as_string::<i64>().iter().map(one).collect(),
-                _ => col.as_string_view().iter().map(one).collect(),
+                _ => col.as_string::<i64>().iter().map(one).collect(),
             }
+        }
+        Utf8View => {
+            let a = col.as_string_view();
+            let mut short = ShortStrings::new(seed);
+            (0..a.len())
+                .map(|r| {
+                    if a.is_null(r) {
+                        null_hash
+                    } else {
+                        short.hash_view(a.views()[r], || a.value(r).as_bytes())
+                    }
+                })
+                .collect()
         }
         // The values' hashes, gathered by key; a dictionary larger than the rows (a
         // slice, or the dictionary of a whole column chunk shared by its batches) has
@@ -219,6 +229,65 @@ pub fn hash_column(col: &dyn Array, seed: u64) -> Vec<u64> {
                 })
                 .collect()
         }
+    }
+}
+
+/// The hashes of a string column's short values (at most 12 bytes), remembered by
+/// value: columns of statuses, codes and countries repeat a few values on every row,
+/// and a lookup costs a fraction of hashing. The value itself is the key (its length
+/// and bytes, laid out as Arrow's string views lay out an inline value), so a hash
+/// found is the value's own. A column whose short values rarely repeat stops looking
+/// after its first rows.
+struct ShortStrings {
+    seed: u64,
+    slots: [(u128, u64); 64],
+    looked: u32,
+    found: u32,
+}
+
+impl ShortStrings {
+    /// Rows after which a column that found fewer than a quarter of its short values
+    /// stops looking them up.
+    const TRIAL: u32 = 512;
+
+    fn new(seed: u64) -> Self {
+        // No value has the key u128::MAX: its length would be 2^32 - 1.
+        Self {
+            seed,
+            slots: [(u128::MAX, 0); 64],
+            looked: 0,
+            found: 0,
+        }
+    }
+
+    fn hash(&mut self, v: &[u8]) -> u64 {
+        if v.len() > 12 {
+            return crate::xxh3::tag_len_bytes(TAG_STRING, v, self.seed);
+        }
+        let mut inline = [0u8; 16];
+        inline[..4].copy_from_slice(&(v.len() as u32).to_le_bytes());
+        inline[4..4 + v.len()].copy_from_slice(v);
+        self.hash_view(u128::from_le_bytes(inline), || v)
+    }
+
+    /// `view` as Arrow lays it out: the length in its low 32 bits, then the bytes of a
+    /// value of at most 12 (else a prefix and where the rest is: not a key).
+    fn hash_view<'a>(&mut self, view: u128, value: impl FnOnce() -> &'a [u8]) -> u64 {
+        let seed = self.seed;
+        let tag_len_bytes = |v: &[u8]| crate::xxh3::tag_len_bytes(TAG_STRING, v, seed);
+        if view as u32 > 12 || (self.looked >= Self::TRIAL && self.found < Self::TRIAL / 4) {
+            return tag_len_bytes(value());
+        }
+        self.looked = self.looked.saturating_add(1);
+        let mixed = ((view as u64) ^ (view >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let slot = &mut self.slots[(mixed >> 58) as usize];
+        if slot.0 == view {
+            self.found = self.found.saturating_add(1);
+            return slot.1;
+        }
+        let h = tag_len_bytes(value());
+        *slot = (view, h);
+        h
     }
 }
 
@@ -620,6 +689,43 @@ mod tests {
                 })
                 .collect();
             assert_eq!(hash_column(col.as_ref(), 9), generic, "{}", col.data_type());
+        }
+    }
+
+    #[test]
+    fn remembered_short_strings_hash_as_their_encoding_does() {
+        // Repeated short values (remembered), values differing only in length or a NUL,
+        // long values, and a column of distinct short values that stops looking.
+        let mut values: Vec<Option<String>> = Vec::new();
+        for i in 0..3000 {
+            values.push(match i % 7 {
+                0 => None,
+                1 => Some("a".into()),
+                2 => Some("a\0".into()),
+                3 => Some(String::new()),
+                4 => Some("twelve bytes".into()),
+                5 => Some(format!("thirteen byte{}", i % 3)),
+                _ => Some(format!("{i}")),
+            });
+        }
+        let distinct: Vec<Option<String>> = (0..3000).map(|i| Some(format!("k{i}"))).collect();
+        for values in [values, distinct] {
+            let cols: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from(values.clone())),
+                Arc::new(LargeStringArray::from(values.clone())),
+                Arc::new(StringViewArray::from(values.clone())),
+                Arc::new(StringViewArray::from(values).slice(5, 2000)),
+            ];
+            for col in cols {
+                let generic: Vec<u64> = (0..col.len())
+                    .map(|r| {
+                        let mut buf = Vec::new();
+                        encode_value(col.as_ref(), r, &mut buf);
+                        xxhash_rust::xxh3::xxh3_64_with_seed(&buf, 3)
+                    })
+                    .collect();
+                assert_eq!(hash_column(col.as_ref(), 3), generic, "{}", col.data_type());
+            }
         }
     }
 
