@@ -10,6 +10,7 @@
 
 mod explain;
 pub mod fresh;
+mod inline_views;
 mod lifecycle;
 pub mod plan;
 pub mod profile;
@@ -145,18 +146,22 @@ fn on_cluster(job: &Job, opts: &RunOptions) -> Result<Job> {
 const MERGE_ATTEMPTS: u32 = 8;
 
 /// The run's physical plan; on a cluster, split into as many tasks per stage as
-/// `[execution] partitions` says.
+/// `[execution] partitions` says. On one machine, scans shed the unused buffers of
+/// short-string columns (a cluster's plan travels as DataFusion's own operators).
 async fn physical_plan(
     job: &Job,
     df: datafusion::dataframe::DataFrame,
 ) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    if job.execution.cluster.is_none() {
+        return inline_views::above_scans(df.create_physical_plan().await?);
+    }
     match job.execution.partitions {
-        Some(n) if job.execution.cluster.is_some() => {
+        Some(n) => {
             let (mut state, plan) = df.into_parts();
             state.config_mut().options_mut().execution.target_partitions = n;
             state.create_physical_plan(&plan).await
         }
-        _ => df.create_physical_plan().await,
+        None => df.create_physical_plan().await,
     }
 }
 
