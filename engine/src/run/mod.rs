@@ -146,23 +146,32 @@ fn on_cluster(job: &Job, opts: &RunOptions) -> Result<Job> {
 const MERGE_ATTEMPTS: u32 = 8;
 
 /// The run's physical plan; on a cluster, split into as many tasks per stage as
-/// `[execution] partitions` says. On one machine, scans shed the unused buffers of
-/// short-string columns (a cluster's plan travels as DataFusion's own operators).
+/// `[execution] partitions` says.
 async fn physical_plan(
     job: &Job,
     df: datafusion::dataframe::DataFrame,
 ) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
-    if job.execution.cluster.is_none() {
-        return inline_views::above_scans(df.create_physical_plan().await?);
-    }
     match job.execution.partitions {
-        Some(n) => {
+        Some(n) if job.execution.cluster.is_some() => {
             let (mut state, plan) = df.into_parts();
             state.config_mut().options_mut().execution.target_partitions = n;
             state.create_physical_plan(&plan).await
         }
-        None => df.create_physical_plan().await,
+        _ => on_this_machine(job, df.create_physical_plan().await?),
     }
+}
+
+/// A plan that runs in this process: its scans shed the unused buffers of
+/// short-string columns. A cluster's plan is left as it is: it travels as DataFusion's
+/// own operators.
+fn on_this_machine(
+    job: &Job,
+    plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    if job.execution.cluster.is_some() {
+        return Ok(plan);
+    }
+    inline_views::above_scans(plan)
 }
 
 /// Executes a planned run.

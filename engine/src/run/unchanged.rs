@@ -62,6 +62,7 @@ pub(super) async fn confirm_unchanged(
     let plan = df
         .create_physical_plan()
         .await
+        .and_then(|plan| super::on_this_machine(&job, plan))
         .map_err(|e| Error::execution(&job.path, "", e))?;
     let (table, run_id, _lock) = begin_run(&job).await?;
     let storage = |source| Error::Storage {
