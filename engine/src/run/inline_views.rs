@@ -7,8 +7,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray};
-use arrow::datatypes::DataType;
+use arrow::array::{Array, ArrayRef, AsArray, GenericByteViewArray};
+use arrow::datatypes::{ByteViewType, DataType};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source::DataSourceExec;
@@ -45,18 +45,15 @@ fn is_view(t: &DataType) -> bool {
 /// A column without the data buffers none of its views point into; others as they are.
 fn inline(column: &ArrayRef) -> Option<ArrayRef> {
     match column.data_type() {
-        DataType::Utf8View => {
-            let a = column.as_string_view();
-            let unused = !a.data_buffers().is_empty() && a.total_buffer_bytes_used() == 0;
-            unused.then(|| Arc::new(a.gc()) as ArrayRef)
-        }
-        DataType::BinaryView => {
-            let a = column.as_binary_view();
-            let unused = !a.data_buffers().is_empty() && a.total_buffer_bytes_used() == 0;
-            unused.then(|| Arc::new(a.gc()) as ArrayRef)
-        }
+        DataType::Utf8View => without_unused_buffers(column.as_string_view()),
+        DataType::BinaryView => without_unused_buffers(column.as_binary_view()),
         _ => None,
     }
+}
+
+fn without_unused_buffers<T: ByteViewType>(a: &GenericByteViewArray<T>) -> Option<ArrayRef> {
+    let unused = !a.data_buffers().is_empty() && a.total_buffer_bytes_used() == 0;
+    unused.then(|| Arc::new(a.gc()) as ArrayRef)
 }
 
 fn inline_batch(batch: RecordBatch) -> Result<RecordBatch> {
