@@ -81,6 +81,13 @@ fn days(values: &dyn Array) -> Result<ArrayRef> {
         let within = |v: Option<i64>| v.is_none_or(|v| (first..=last).contains(&v));
         let (lo, hi) = (arrow::compute::min(values), arrow::compute::max(values));
         if within(lo) && within(hi) {
+            // A batch of one day's timestamps (a daily partition's rows) is that day.
+            if let (Some(lo), Some(hi)) = (lo, hi)
+                && lo.div_euclid(PER_DAY) == hi.div_euclid(PER_DAY)
+            {
+                let day = vec![lo.div_euclid(PER_DAY) as i32; values.len()];
+                return Ok(Date32Array::new(day.into(), values.nulls().cloned()));
+            }
             return Ok(values.unary(|v| v.div_euclid(PER_DAY) as i32));
         }
         Ok(values.try_unary(|v| {
@@ -260,6 +267,56 @@ mod tests {
     /// chrono's range are dates, one second beyond either is an error, a null slot
     /// holding a value out of range is ignored, and nanoseconds (whose whole i64 range
     /// is within chrono's) never fail.
+    /// Batches of one day (the constant path), of two adjacent days and of scattered
+    /// days, with nulls, at and around day boundaries on both sides of the epoch, in
+    /// every unit: the same dates as arrow's cast.
+    #[test]
+    fn batches_near_day_boundaries_match_arrows_cast() {
+        use arrow::array::{
+            PrimitiveArray, TimestampMillisecondArray, TimestampNanosecondArray,
+            TimestampSecondArray,
+        };
+        fn check<T: arrow::datatypes::ArrowPrimitiveType<Native = i64>>(
+            per_day: i64,
+            make: impl Fn(Vec<Option<i64>>) -> PrimitiveArray<T>,
+        ) {
+            let mut seed = 0x2545_f491_4f6c_dd1du64;
+            let mut next = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            };
+            for case in 0..400 {
+                let day = (next() % 41) as i64 - 20;
+                let spread = match case % 4 {
+                    0 => 1,
+                    1 => per_day,
+                    2 => 2 * per_day,
+                    _ => 50 * per_day,
+                };
+                let len = 1 + (next() % 9) as usize;
+                let values: Vec<Option<i64>> = (0..len)
+                    .map(|_| {
+                        let edge = [0, per_day - 1, per_day][(next() % 3) as usize];
+                        let v = day * per_day + edge + (next() % spread as u64) as i64;
+                        (next() % 5 != 0).then_some(v)
+                    })
+                    .collect();
+                let values = make(values);
+                let ours = days(&values).unwrap();
+                let arrows = arrow::compute::cast(&values, &DataType::Date32).unwrap();
+                assert_eq!(ours.as_ref(), arrows.as_ref(), "{values:?}");
+            }
+        }
+        check(86_400, TimestampSecondArray::from);
+        check(86_400_000, TimestampMillisecondArray::from);
+        check(86_400_000_000, |v| {
+            TimestampMicrosecondArray::from(v).with_timezone("UTC")
+        });
+        check(86_400_000_000_000, TimestampNanosecondArray::from);
+    }
+
     #[test]
     fn the_range_check_is_exact_at_both_ends_in_every_unit() {
         use arrow::array::{PrimitiveArray, TimestampNanosecondArray, TimestampSecondArray};
