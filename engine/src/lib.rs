@@ -8,6 +8,7 @@ pub mod backfill;
 pub mod checks;
 pub mod cluster;
 mod error;
+mod group_keys;
 pub mod guard;
 pub mod job;
 pub mod key;

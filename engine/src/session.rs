@@ -95,6 +95,10 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
         .listing_table_ignore_subdirectory = false;
     let ctx = SessionContext::new_with_config_rt(config, runtime(job));
     ctx.add_optimizer_rule(Arc::new(crate::utc_date::UtcDateRule::new()));
+    // A cluster's plan travels as DataFusion's own functions.
+    if job.execution.cluster.is_none() {
+        ctx.add_optimizer_rule(Arc::new(crate::group_keys::PackGroupKeys));
+    }
     ctx.register_udf(IdemKey::udf());
     ctx.register_udf(crate::key::DedupeUnique::udf());
     for s in &job.sources {
