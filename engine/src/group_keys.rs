@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayData, ArrayRef, AsArray, Decimal128Array, make_array};
 use arrow::buffer::{Buffer, NullBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Decimal128Type, FieldRef};
-use datafusion::common::tree_node::Transformed;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, Result, TableReference, exec_err};
 use datafusion::logical_expr::{
     Aggregate, ColumnarValue, Expr, LogicalPlan, Projection, ReturnFieldArgs, ScalarFunctionArgs,
@@ -108,15 +108,24 @@ impl ScalarUDFImpl for PackKey {
         if args.args.len() != self.slots.len() {
             return exec_err!("idem_pack_group_key takes {} arguments", self.slots.len());
         }
-        let columns = ColumnarValue::values_to_arrays(&args.args)?;
-        let rows = args.number_rows;
-        let mut keys = vec![0i128; rows];
-        for (column, slot) in columns.iter().zip(&self.slots) {
-            pack(&mut keys, column.as_ref(), *slot)?;
-        }
-        let keys = Decimal128Array::new(keys.into(), None).with_precision_and_scale(38, 0)?;
-        Ok(ColumnarValue::Array(Arc::new(keys)))
+        Ok(ColumnarValue::Array(keys(
+            &args.args,
+            args.number_rows,
+            &self.slots,
+        )?))
     }
+}
+
+/// The keys of `rows` rows of `columns` (arrays of that length, or values that stand
+/// for every row).
+fn keys(columns: &[ColumnarValue], rows: usize, slots: &[Slot]) -> Result<ArrayRef> {
+    let mut keys = vec![0i128; rows];
+    for (column, slot) in columns.iter().zip(slots) {
+        pack(&mut keys, column.to_array(rows)?.as_ref(), *slot)?;
+    }
+    Ok(Arc::new(
+        Decimal128Array::new(keys.into(), None).with_precision_and_scale(38, 0)?,
+    ))
 }
 
 /// Adds one column's values (and null flags) to the keys.
@@ -239,8 +248,9 @@ impl OptimizerRule for PackGroupKeys {
         "idem_pack_group_keys"
     }
 
+    /// Called once for the whole plan, which it walks from the top: see [`pack_below`].
     fn apply_order(&self) -> Option<ApplyOrder> {
-        Some(ApplyOrder::BottomUp)
+        None
     }
 
     fn rewrite(
@@ -248,57 +258,87 @@ impl OptimizerRule for PackGroupKeys {
         plan: LogicalPlan,
         _config: &dyn OptimizerConfig,
     ) -> Result<Transformed<LogicalPlan>> {
-        let LogicalPlan::Aggregate(aggregate) = plan else {
-            return Ok(Transformed::no(plan));
-        };
-        let Some(slots) = layout(&aggregate) else {
-            return Ok(Transformed::no(LogicalPlan::Aggregate(aggregate)));
-        };
-        let columns: Vec<(Option<TableReference>, FieldRef)> = aggregate
+        pack_below(plan, false)
+    }
+}
+
+/// Packs the aggregations of `plan` except those whose results a join or a limit
+/// reaches (through projections, aliases, filters and sorts): DataFusion pushes a
+/// join's and a top-k's dynamic filters through an aggregation by column name, into
+/// its input's scan, and stops a `DISTINCT … LIMIT n` early only when the limit sits
+/// on the aggregation itself; a packed key would hide the columns from both.
+fn pack_below(plan: LogicalPlan, kept: bool) -> Result<Transformed<LogicalPlan>> {
+    let keep_inputs = match &plan {
+        LogicalPlan::Join(_) | LogicalPlan::Limit(_) => true,
+        LogicalPlan::Sort(sort) if sort.fetch.is_some() => true,
+        LogicalPlan::Projection(_)
+        | LogicalPlan::SubqueryAlias(_)
+        | LogicalPlan::Filter(_)
+        | LogicalPlan::Sort(_) => kept,
+        _ => false,
+    };
+    let plan = plan.map_children(|input| pack_below(input, keep_inputs))?;
+    if kept {
+        return Ok(plan);
+    }
+    plan.transform_data(pack_aggregate)
+}
+
+/// `plan` with one key in place of its grouping columns, when it is an aggregation
+/// whose columns fit.
+fn pack_aggregate(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    let LogicalPlan::Aggregate(aggregate) = plan else {
+        return Ok(Transformed::no(plan));
+    };
+    let Some(slots) = layout(&aggregate) else {
+        return Ok(Transformed::no(LogicalPlan::Aggregate(aggregate)));
+    };
+    let columns: Vec<(Option<TableReference>, FieldRef)> = aggregate
+        .schema
+        .iter()
+        .take(slots.len())
+        .map(|(qualifier, field)| (qualifier.cloned(), Arc::clone(field)))
+        .collect();
+    let pack = ScalarUDF::new_from_impl(PackKey {
+        signature: Signature::any(slots.len(), Volatility::Immutable),
+        slots: slots.clone(),
+    });
+    let grouped = aggregate
+        .group_expr
+        .iter()
+        .cloned()
+        .map(Expr::unalias)
+        .collect();
+    let key = pack.call(grouped).alias(KEY_NAME);
+    let packed = Aggregate::try_new(
+        Arc::clone(&aggregate.input),
+        vec![key],
+        aggregate.aggr_expr.clone(),
+    )?;
+    let key = Expr::Column(Column::new_unqualified(KEY_NAME));
+    let mut exprs: Vec<Expr> = columns
+        .into_iter()
+        .zip(slots)
+        .map(|((qualifier, field), slot)| {
+            let name = field.name().clone();
+            ScalarUDF::new_from_impl(UnpackKey {
+                slot,
+                field,
+                signature: Signature::any(1, Volatility::Immutable),
+            })
+            .call(vec![key.clone()])
+            .alias_qualified(qualifier, name)
+        })
+        .collect();
+    exprs.extend(
+        packed
             .schema
             .iter()
-            .take(slots.len())
-            .map(|(qualifier, field)| (qualifier.cloned(), Arc::clone(field)))
-            .collect();
-        let pack = ScalarUDF::new_from_impl(PackKey {
-            signature: Signature::any(slots.len(), Volatility::Immutable),
-            slots: slots.clone(),
-        });
-        let grouped = aggregate
-            .group_expr
-            .iter()
-            .cloned()
-            .map(Expr::unalias)
-            .collect();
-        let key = pack.call(grouped).alias(KEY_NAME);
-        let packed = Aggregate::try_new(
-            Arc::clone(&aggregate.input),
-            vec![key],
-            aggregate.aggr_expr.clone(),
-        )?;
-        let key = Expr::Column(Column::new_unqualified(KEY_NAME));
-        let mut exprs: Vec<Expr> = columns
-            .into_iter()
-            .zip(slots)
-            .map(|((qualifier, field), slot)| {
-                let name = field.name().clone();
-                ScalarUDF::new_from_impl(UnpackKey {
-                    slot,
-                    field,
-                    signature: Signature::any(1, Volatility::Immutable),
-                })
-                .call(vec![key.clone()])
-                .alias_qualified(qualifier, name)
-            })
-            .collect();
-        exprs.extend(
-            packed.schema.iter().skip(1).map(|(qualifier, field)| {
-                Expr::Column(Column::new(qualifier.cloned(), field.name()))
-            }),
-        );
-        let projection = Projection::try_new(exprs, Arc::new(LogicalPlan::Aggregate(packed)))?;
-        Ok(Transformed::yes(LogicalPlan::Projection(projection)))
-    }
+            .skip(1)
+            .map(|(qualifier, field)| Expr::Column(Column::new(qualifier.cloned(), field.name()))),
+    );
+    let projection = Projection::try_new(exprs, Arc::new(LogicalPlan::Aggregate(packed)))?;
+    Ok(Transformed::yes(LogicalPlan::Projection(projection)))
 }
 
 #[cfg(test)]
@@ -325,7 +365,8 @@ mod tests {
         /// One of a few values, the type's extremes among them, or (one time in six)
         /// none.
         fn pick(&mut self, choices: &[i128]) -> Option<i128> {
-            (self.next() % 6 != 0).then(|| choices[(self.next() % choices.len() as u64) as usize])
+            (!self.next().is_multiple_of(6))
+                .then(|| choices[(self.next() % choices.len() as u64) as usize])
         }
     }
 
@@ -492,6 +533,104 @@ mod tests {
             used += usize::from(bits <= KEY_BITS);
         }
         assert!(used > 30, "only {used} cases used the key");
+    }
+
+    /// Columns cut from the middle of larger arrays (an offset into their buffers and
+    /// null bitmaps) give back their own values, nulls where they were.
+    #[test]
+    fn sliced_columns_round_trip_through_the_key() {
+        let a = Int16Array::from(vec![Some(-1), None, Some(i16::MIN), Some(7), None, Some(3)]);
+        let b = TimestampMicrosecondArray::from(vec![
+            Some(5),
+            Some(i64::MIN),
+            None,
+            Some(-9),
+            Some(0),
+            Some(4),
+        ])
+        .with_timezone("UTC");
+        let (a, b): (ArrayRef, ArrayRef) = (Arc::new(a.slice(1, 4)), Arc::new(b.slice(2, 4)));
+        let slots = [
+            Slot { shift: 0, bits: 16 },
+            Slot {
+                shift: 17,
+                bits: 64,
+            },
+        ];
+        let mut keys = vec![0i128; 4];
+        for (column, slot) in [&a, &b].into_iter().zip(slots) {
+            pack(&mut keys, column.as_ref(), slot).unwrap();
+        }
+        for (column, slot) in [&a, &b].into_iter().zip(slots) {
+            let field = Arc::new(Field::new("c", column.data_type().clone(), true));
+            let back = unpack(&keys, slot, &field).unwrap();
+            assert_eq!(back.as_ref(), column.as_ref());
+        }
+        let distinct: std::collections::HashSet<i128> = keys.iter().copied().collect();
+        assert_eq!(distinct.len(), 4);
+    }
+
+    #[test]
+    fn a_value_for_every_row_packs_like_a_column() {
+        use datafusion::common::ScalarValue;
+        let slots = [Slot { shift: 0, bits: 32 }, Slot { shift: 33, bits: 8 }];
+        let columns = [
+            ColumnarValue::Scalar(ScalarValue::Int32(Some(-2))),
+            ColumnarValue::Array(Arc::new(UInt8Array::from(vec![Some(1), None, Some(1)]))),
+        ];
+        let packed = keys(&columns, 3, &slots).unwrap();
+        let packed = packed.as_primitive::<Decimal128Type>().values();
+        let field = Arc::new(Field::new("c", DataType::Int32, true));
+        let first = unpack(packed, slots[0], &field).unwrap();
+        assert_eq!(
+            first.as_ref(),
+            &Int32Array::from(vec![-2, -2, -2]) as &dyn Array
+        );
+        assert_eq!(packed[0], packed[2]);
+        assert_ne!(packed[0], packed[1]);
+    }
+
+    /// An aggregation a join or a limit reaches keeps its columns (DataFusion's
+    /// dynamic filters and early stops need them); one beside it is packed.
+    #[test]
+    fn aggregations_under_joins_and_limits_are_left_as_they_are() {
+        let mut rng = Rng(11);
+        let (schema, batches) = table(&mut rng);
+        // Rows in order compared; a limit without order compares only how many.
+        let packed = |sql: &str| {
+            let (plain, _) = query(&schema, &batches, sql, false);
+            let (rows, plan) = query(&schema, &batches, sql, true);
+            if sql.contains("order by") {
+                assert_eq!(rows, plain, "{sql}");
+            } else {
+                assert_eq!(rows.len(), plain.len(), "{sql}");
+            }
+            plan.matches("idem_pack_group_key(").count()
+        };
+        assert_eq!(
+            packed("select d, u8, count(*) from t group by d, u8 order by 1, 2"),
+            1
+        );
+        assert_eq!(packed("select distinct d, u8 from t limit 3"), 0);
+        assert_eq!(
+            packed("select d, u8, count(*) as n from t group by d, u8 order by n, d, u8 limit 2"),
+            0
+        );
+        assert_eq!(
+            packed(
+                "select a.d, a.n from (select d, u8, count(*) as n from t group by d, u8) a \
+                 join t on a.d = t.d and a.u8 = t.u8 order by 1, 2"
+            ),
+            0
+        );
+        assert_eq!(
+            packed(
+                "select x.d, x.m from (select d, max(n) as m from \
+                 (select d, u8, count(*) as n from t group by d, u8) group by d) x \
+                 join t on x.d = t.d order by 1, 2"
+            ),
+            1
+        );
     }
 
     #[test]

@@ -300,7 +300,7 @@ mod tests {
                     .map(|_| {
                         let edge = [0, per_day - 1, per_day][(next() % 3) as usize];
                         let v = day * per_day + edge + (next() % spread as u64) as i64;
-                        (next() % 5 != 0).then_some(v)
+                        (!next().is_multiple_of(5)).then_some(v)
                     })
                     .collect();
                 let values = make(values);
