@@ -95,8 +95,7 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
         .listing_table_ignore_subdirectory = false;
     let ctx = SessionContext::new_with_config_rt(config, runtime(job));
     ctx.add_optimizer_rule(Arc::new(crate::utc_date::UtcDateRule::new()));
-    // A cluster's plan travels as DataFusion's own functions.
-    if job.execution.cluster.is_none() {
+    if job.execution.in_process() {
         ctx.add_optimizer_rule(Arc::new(crate::group_keys::PackGroupKeys));
     }
     ctx.register_udf(IdemKey::udf());

@@ -59,6 +59,14 @@ pub struct Execution {
     pub partitions: Option<usize>,
 }
 
+impl Execution {
+    /// Whether plans run in this process, so they may hold idem's own operators and
+    /// functions; a cluster's plans travel as DataFusion's.
+    pub fn in_process(&self) -> bool {
+        self.cluster.is_none()
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Source {
     pub name: String,

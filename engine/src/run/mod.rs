@@ -168,7 +168,7 @@ fn on_this_machine(
     job: &Job,
     plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
 ) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
-    if job.execution.cluster.is_some() {
+    if !job.execution.in_process() {
         return Ok(plan);
     }
     inline_views::above_scans(plan)
