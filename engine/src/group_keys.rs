@@ -351,28 +351,39 @@ mod tests {
     use arrow::datatypes::{Field, Schema};
     use datafusion::datasource::MemTable;
     use datafusion::prelude::SessionContext;
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-    struct Rng(u64);
+    /// The values each column of [`tables`] draws from, the extremes of its type among
+    /// them: i8, u8, i16, u16, i32, u32, i64, u64 (never null), a date, a timestamp,
+    /// and `x`, the aggregated column.
+    const CHOICES: [&[i128]; 11] = [
+        &[i8::MIN as i128, -1, 0, 1, i8::MAX as i128],
+        &[0, 1, u8::MAX as i128],
+        &[i16::MIN as i128, -1, 0, i16::MAX as i128],
+        &[0, 7, u16::MAX as i128],
+        &[i32::MIN as i128, -1, 0, 1, i32::MAX as i128],
+        &[0, 1, u32::MAX as i128],
+        &[i64::MIN as i128, -1, 0, i64::MAX as i128],
+        &[0, 1 << 63, u64::MAX as i128],
+        &[-719_162, -1, 0, 19_723, 2_932_896],
+        &[i64::MIN as i128, -1, 0, 86_400_000_000, i64::MAX as i128],
+        &[-5, 1, 3, 1000],
+    ];
 
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        /// One of a few values, the type's extremes among them, or (one time in six)
-        /// none.
-        fn pick(&mut self, choices: &[i128]) -> Option<i128> {
-            (!self.next().is_multiple_of(6))
-                .then(|| choices[(self.next() % choices.len() as u64) as usize])
-        }
+    /// Tables of every packable width, signed and unsigned, with nulls (one value in
+    /// six) and the extremes of each type, in four batches of 1–40 rows.
+    fn tables() -> impl Strategy<Value = (Arc<Schema>, Vec<RecordBatch>)> {
+        let row: Vec<_> = CHOICES
+            .iter()
+            .map(|c| proptest::option::weighted(5.0 / 6.0, proptest::sample::select(*c)))
+            .collect();
+        proptest::collection::vec(proptest::collection::vec(row, 1..=40), 4).prop_map(table)
     }
 
-    /// A table of every packable width, signed and unsigned, with nulls and the
-    /// extremes of each type, in batches of a few rows.
-    fn table(rng: &mut Rng) -> (Arc<Schema>, Vec<RecordBatch>) {
+    /// The table of batches of rows of [`CHOICES`]' columns.
+    fn table(batches: Vec<Vec<Vec<Option<i128>>>>) -> (Arc<Schema>, Vec<RecordBatch>) {
         let schema = Arc::new(Schema::new(vec![
             Field::new("i8", DataType::Int8, true),
             Field::new("u8", DataType::UInt8, true),
@@ -390,63 +401,42 @@ mod tests {
             ),
             Field::new("x", DataType::Int64, true),
         ]));
-        let batches = (0..4)
-            .map(|_| {
-                let rows = 1 + (rng.next() % 40) as usize;
-                let mut col = |choices: &[i128]| -> Vec<Option<i128>> {
-                    (0..rows).map(|_| rng.pick(choices)).collect()
-                };
-                let i8s = col(&[i8::MIN as i128, -1, 0, 1, i8::MAX as i128]);
-                let u8s = col(&[0, 1, u8::MAX as i128]);
-                let i16s = col(&[i16::MIN as i128, -1, 0, i16::MAX as i128]);
-                let u16s = col(&[0, 7, u16::MAX as i128]);
-                let i32s = col(&[i32::MIN as i128, -1, 0, 1, i32::MAX as i128]);
-                let u32s = col(&[0, 1, u32::MAX as i128]);
-                let i64s = col(&[i64::MIN as i128, -1, 0, i64::MAX as i128]);
-                let u64s = col(&[0, 1 << 63, u64::MAX as i128]);
-                let days = col(&[-719_162, -1, 0, 19_723, 2_932_896]);
-                let stamps = col(&[i64::MIN as i128, -1, 0, 86_400_000_000, i64::MAX as i128]);
-                let xs = col(&[-5, 1, 3, 1000]);
+        let batches = batches
+            .into_iter()
+            .map(|rows| {
+                let col = |c: usize| rows.iter().map(move |row| row[c]);
                 let columns: Vec<ArrayRef> = vec![
-                    Arc::new(Int8Array::from_iter(i8s.iter().map(|v| v.map(|v| v as i8)))),
-                    Arc::new(UInt8Array::from_iter(
-                        u8s.iter().map(|v| v.map(|v| v as u8)),
-                    )),
-                    Arc::new(Int16Array::from_iter(
-                        i16s.iter().map(|v| v.map(|v| v as i16)),
-                    )),
-                    Arc::new(UInt16Array::from_iter(
-                        u16s.iter().map(|v| v.map(|v| v as u16)),
-                    )),
-                    Arc::new(Int32Array::from_iter(
-                        i32s.iter().map(|v| v.map(|v| v as i32)),
-                    )),
-                    Arc::new(UInt32Array::from_iter(
-                        u32s.iter().map(|v| v.map(|v| v as u32)),
-                    )),
-                    Arc::new(Int64Array::from_iter(
-                        i64s.iter().map(|v| v.map(|v| v as i64)),
-                    )),
+                    Arc::new(Int8Array::from_iter(col(0).map(|v| v.map(|v| v as i8)))),
+                    Arc::new(UInt8Array::from_iter(col(1).map(|v| v.map(|v| v as u8)))),
+                    Arc::new(Int16Array::from_iter(col(2).map(|v| v.map(|v| v as i16)))),
+                    Arc::new(UInt16Array::from_iter(col(3).map(|v| v.map(|v| v as u16)))),
+                    Arc::new(Int32Array::from_iter(col(4).map(|v| v.map(|v| v as i32)))),
+                    Arc::new(UInt32Array::from_iter(col(5).map(|v| v.map(|v| v as u32)))),
+                    Arc::new(Int64Array::from_iter(col(6).map(|v| v.map(|v| v as i64)))),
                     Arc::new(UInt64Array::from_iter_values(
-                        u64s.iter().map(|v| v.unwrap_or(0) as u64),
+                        col(7).map(|v| v.unwrap_or(0) as u64),
                     )),
-                    Arc::new(Date32Array::from_iter(
-                        days.iter().map(|v| v.map(|v| v as i32)),
-                    )),
+                    Arc::new(Date32Array::from_iter(col(8).map(|v| v.map(|v| v as i32)))),
                     Arc::new(
-                        TimestampMicrosecondArray::from_iter(
-                            stamps.iter().map(|v| v.map(|v| v as i64)),
-                        )
-                        .with_timezone("UTC"),
+                        TimestampMicrosecondArray::from_iter(col(9).map(|v| v.map(|v| v as i64)))
+                            .with_timezone("UTC"),
                     ),
-                    Arc::new(Int64Array::from_iter(
-                        xs.iter().map(|v| v.map(|v| v as i64)),
-                    )),
+                    Arc::new(Int64Array::from_iter(col(10).map(|v| v.map(|v| v as i64)))),
                 ];
                 RecordBatch::try_new(Arc::clone(&schema), columns).unwrap()
             })
             .collect();
         (schema, batches)
+    }
+
+    /// The `draw`th table of a deterministic run of [`tables`].
+    fn some_table(draw: usize) -> (Arc<Schema>, Vec<RecordBatch>) {
+        let mut runner = TestRunner::deterministic();
+        let mut table = None;
+        for _ in 0..=draw {
+            table = Some(tables().new_tree(&mut runner).unwrap().current());
+        }
+        table.unwrap()
     }
 
     /// The query's rows in order, and its optimized plan, with or without the rule.
@@ -489,50 +479,56 @@ mod tests {
 
     /// A search over random tables and random groupings of 2–4 columns: the same rows,
     /// column names and types with the rule as without it, and the key in use exactly
-    /// when the columns and their null flags fit in 126 bits.
+    /// when the columns and their null flags fit in 126 bits. A deterministic run, so
+    /// that how many cases use the key is known.
     #[test]
     fn random_groupings_give_the_same_rows_with_the_rule() {
         let names = [
             "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "d", "ts",
         ];
         let widths = [8, 8, 16, 16, 32, 32, 64, 64, 32, 64];
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        let mut used = 0;
-        for case in 0..60 {
-            let (schema, batches) = table(&mut rng);
-            let count = 2 + (rng.next() % 3) as usize;
-            let mut picked: Vec<usize> = Vec::new();
-            while picked.len() < count {
-                let c = (rng.next() % names.len() as u64) as usize;
-                if !picked.contains(&c) {
-                    picked.push(c);
-                }
-            }
-            let columns: Vec<&str> = picked.iter().map(|c| names[*c]).collect();
-            let list = columns.join(", ");
-            let sql = match case % 3 {
-                0 => format!(
-                    "select {list}, count(*) as n, sum(x) as s from t group by {list} \
-                     order by {list}, n"
-                ),
-                1 => format!(
-                    "select count(*) as n, {list} from t group by {list} having count(*) > 1 \
-                     order by {list}"
-                ),
-                _ => format!("select distinct {list} from t order by {list}"),
-            };
-            let (plain, _) = query(&schema, &batches, &sql, false);
-            let (rows, plan) = query(&schema, &batches, &sql, true);
-            assert_eq!(rows, plain, "{sql}");
-            let bits: u32 = picked.iter().map(|c| widths[*c] + 1).sum();
-            assert_eq!(
-                plan.contains("idem_pack_group_key"),
-                bits <= KEY_BITS,
-                "{sql}\n{plan}"
-            );
-            used += usize::from(bits <= KEY_BITS);
-        }
-        assert!(used > 30, "only {used} cases used the key");
+        let cases = (
+            tables(),
+            proptest::sample::subsequence((0..names.len()).collect::<Vec<_>>(), 2..=4)
+                .prop_shuffle(),
+            0..3usize,
+        );
+        let mut runner = TestRunner::new_with_rng(
+            Config::with_cases(60),
+            TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+        );
+        let used = std::cell::Cell::new(0);
+        runner
+            .run(&cases, |((schema, batches), picked, kind)| {
+                let columns: Vec<&str> = picked.iter().map(|c| names[*c]).collect();
+                let list = columns.join(", ");
+                let sql = match kind {
+                    0 => format!(
+                        "select {list}, count(*) as n, sum(x) as s from t group by {list} \
+                         order by {list}, n"
+                    ),
+                    1 => format!(
+                        "select count(*) as n, {list} from t group by {list} \
+                         having count(*) > 1 order by {list}"
+                    ),
+                    _ => format!("select distinct {list} from t order by {list}"),
+                };
+                let (plain, _) = query(&schema, &batches, &sql, false);
+                let (rows, plan) = query(&schema, &batches, &sql, true);
+                prop_assert_eq!(rows, plain, "{}", sql);
+                let bits: u32 = picked.iter().map(|c| widths[*c] + 1).sum();
+                prop_assert_eq!(
+                    plan.contains("idem_pack_group_key"),
+                    bits <= KEY_BITS,
+                    "{}\n{}",
+                    sql,
+                    plan
+                );
+                used.set(used.get() + usize::from(bits <= KEY_BITS));
+                Ok(())
+            })
+            .unwrap();
+        assert!(used.get() > 30, "only {} cases used the key", used.get());
     }
 
     /// Columns cut from the middle of larger arrays (an offset into their buffers and
@@ -594,8 +590,7 @@ mod tests {
     /// dynamic filters and early stops need them); one beside it is packed.
     #[test]
     fn aggregations_under_joins_and_limits_are_left_as_they_are() {
-        let mut rng = Rng(11);
-        let (schema, batches) = table(&mut rng);
+        let (schema, batches) = some_table(1);
         // Rows in order compared; a limit without order compares only how many.
         let packed = |sql: &str| {
             let (plain, _) = query(&schema, &batches, sql, false);
@@ -635,8 +630,7 @@ mod tests {
 
     #[test]
     fn qualified_names_joins_and_grouping_sets() {
-        let mut rng = Rng(7);
-        let (schema, batches) = table(&mut rng);
+        let (schema, batches) = some_table(0);
         for sql in [
             "select t.d, t.i32, count(*) from t group by t.d, t.i32 order by 1, 2, 3",
             "select a.d, a.n, b.n from (select d, u8, count(*) as n from t group by d, u8) a \

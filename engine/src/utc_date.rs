@@ -263,60 +263,48 @@ mod tests {
         assert!(days(&far).is_err());
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1600))]
+
+        /// Batches of one day (the constant path), of two adjacent days and of
+        /// scattered days, with nulls, at and around day boundaries on both sides of
+        /// the epoch, in every unit: the same dates as arrow's cast.
+        #[test]
+        fn batches_near_day_boundaries_match_arrows_cast(
+            unit in 0..4usize,
+            day in -20i64..=20,
+            spread in 0..4usize,
+            picks in proptest::collection::vec((0..3usize, proptest::prelude::any::<u64>(), 0..5u8), 1..10),
+        ) {
+            use arrow::array::{
+                TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray,
+            };
+            let per_day = [86_400, 86_400_000, 86_400_000_000, 86_400_000_000_000][unit];
+            let spread = [1, per_day, 2 * per_day, 50 * per_day][spread];
+            let values: Vec<Option<i64>> = picks
+                .iter()
+                .map(|&(edge, offset, null)| {
+                    let edge = [0, per_day - 1, per_day][edge];
+                    let v = day * per_day + edge + (offset % spread as u64) as i64;
+                    (null != 0).then_some(v)
+                })
+                .collect();
+            let values: ArrayRef = match unit {
+                0 => Arc::new(TimestampSecondArray::from(values)),
+                1 => Arc::new(TimestampMillisecondArray::from(values)),
+                2 => Arc::new(TimestampMicrosecondArray::from(values).with_timezone("UTC")),
+                _ => Arc::new(TimestampNanosecondArray::from(values)),
+            };
+            let ours = days(values.as_ref()).unwrap();
+            let arrows = arrow::compute::cast(&values, &DataType::Date32).unwrap();
+            proptest::prop_assert_eq!(ours.as_ref(), arrows.as_ref(), "{:?}", values);
+        }
+    }
+
     /// The edges of the representable dates in every unit: the first and last second of
     /// chrono's range are dates, one second beyond either is an error, a null slot
     /// holding a value out of range is ignored, and nanoseconds (whose whole i64 range
     /// is within chrono's) never fail.
-    /// Batches of one day (the constant path), of two adjacent days and of scattered
-    /// days, with nulls, at and around day boundaries on both sides of the epoch, in
-    /// every unit: the same dates as arrow's cast.
-    #[test]
-    fn batches_near_day_boundaries_match_arrows_cast() {
-        use arrow::array::{
-            PrimitiveArray, TimestampMillisecondArray, TimestampNanosecondArray,
-            TimestampSecondArray,
-        };
-        fn check<T: arrow::datatypes::ArrowPrimitiveType<Native = i64>>(
-            per_day: i64,
-            make: impl Fn(Vec<Option<i64>>) -> PrimitiveArray<T>,
-        ) {
-            let mut seed = 0x2545_f491_4f6c_dd1du64;
-            let mut next = move || {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                seed
-            };
-            for case in 0..400 {
-                let day = (next() % 41) as i64 - 20;
-                let spread = match case % 4 {
-                    0 => 1,
-                    1 => per_day,
-                    2 => 2 * per_day,
-                    _ => 50 * per_day,
-                };
-                let len = 1 + (next() % 9) as usize;
-                let values: Vec<Option<i64>> = (0..len)
-                    .map(|_| {
-                        let edge = [0, per_day - 1, per_day][(next() % 3) as usize];
-                        let v = day * per_day + edge + (next() % spread as u64) as i64;
-                        (!next().is_multiple_of(5)).then_some(v)
-                    })
-                    .collect();
-                let values = make(values);
-                let ours = days(&values).unwrap();
-                let arrows = arrow::compute::cast(&values, &DataType::Date32).unwrap();
-                assert_eq!(ours.as_ref(), arrows.as_ref(), "{values:?}");
-            }
-        }
-        check(86_400, TimestampSecondArray::from);
-        check(86_400_000, TimestampMillisecondArray::from);
-        check(86_400_000_000, |v| {
-            TimestampMicrosecondArray::from(v).with_timezone("UTC")
-        });
-        check(86_400_000_000_000, TimestampNanosecondArray::from);
-    }
-
     #[test]
     fn the_range_check_is_exact_at_both_ends_in_every_unit() {
         use arrow::array::{PrimitiveArray, TimestampNanosecondArray, TimestampSecondArray};
