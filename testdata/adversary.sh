@@ -5,6 +5,9 @@
 #   testdata/adversary.sh s3-schedules N [SEED]   the same on S3 (moto)
 #   testdata/adversary.sh faults               the fault search alone (as in CI)
 #   testdata/adversary.sh kills N              N random SIGKILLs per backend
+#   testdata/adversary.sh answers W [SEED] [Q] [M]
+#                                              W generated worlds of Q queries and M merges
+#                                              each, through idem and DuckDB
 #
 # Needs what `cargo test --workspace` needs (Python readers, moto, Azurite: installed
 # on first use). A failure names what reproduces it.
@@ -27,8 +30,13 @@ case "$what" in
     export IDEM_CONFORMANCE_KILLS="${2:-100}"
     exec cargo test --workspace --test it sigkill_at_random_moments -- --nocapture
     ;;
+  answers)
+    export IDEM_ANSWERS_WORLDS="${2:-100}" IDEM_ANSWERS_SEED="${3:-1}"
+    export IDEM_ANSWERS_QUERIES="${4:-24}" IDEM_ANSWERS_MERGES="${5:-2}"
+    exec cargo test --workspace --test it answers::generated_queries_give -- --nocapture
+    ;;
   *)
-    sed -n '2,10p' "$0" >&2
+    sed -n '2,13p' "$0" >&2
     exit 2
     ;;
 esac

@@ -215,6 +215,31 @@ pub(crate) fn data_fault(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Whether the error chain from `e` shows that the query itself cannot be planned
+/// (a name, a type, a construct DataFusion does not support), found while turning
+/// the logical plan into a physical one or optimizing it: the same SQL fails the same
+/// way on any data, so it is bad input, like an error from `ctx.sql`.
+pub(crate) fn plan_fault(e: &(dyn std::error::Error + 'static)) -> bool {
+    use datafusion::error::DataFusionError as D;
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<std::io::Error>() || e.is::<object_store::Error>() || e.is::<idem_io::Error>() {
+            return false;
+        }
+        match e.downcast_ref::<D>() {
+            Some(D::Plan(_) | D::SchemaError(..) | D::SQL(..) | D::NotImplemented(_)) => {
+                return true;
+            }
+            Some(D::ArrowError(..) | D::ParquetError(_) | D::ObjectStore(_) | D::IoError(_)) => {
+                return false;
+            }
+            _ => {}
+        }
+        next = e.source();
+    }
+    false
+}
+
 /// Whether the error chain from `e` holds a failure of I/O or of the store (not a
 /// corrupt file): reading a source failed in a way a retry may not meet.
 pub(crate) fn unreachable_cause(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -349,7 +374,7 @@ impl Error {
                     source: idem_io::Error::OtherHost { .. },
                     ..
                 }
-        )
+        ) || matches!(self, Error::Execution { source, .. } if plan_fault(source.as_ref()))
     }
 }
 

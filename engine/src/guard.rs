@@ -6,12 +6,18 @@
 //! names it. The unoptimized plan matters: the optimizer folds now() into a literal.
 //! Order-dependent results that DataFusion marks immutable (LIMIT without ORDER BY,
 //! row_number() over a non-unique order) are left to `idem verify`.
+//!
+//! The guard also refuses what DataFusion plans but computes wrongly and no option
+//! turns off (see `known_wrong` for those an option does): `INTERSECT ALL` and
+//! `EXCEPT ALL`, which DataFusion 55 runs as a semi and an anti join (every left row
+//! with a match, or without one) instead of SQL's multiset intersection and difference.
 
 use std::path::Path;
 
+use datafusion::common::NullEquality;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::expr::{AggregateFunction, WindowFunction};
-use datafusion::logical_expr::{Expr, LogicalPlan, Volatility, WindowFunctionDefinition};
+use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, Volatility, WindowFunctionDefinition};
 
 use crate::error::{Error, Result};
 
@@ -57,6 +63,64 @@ fn volatility_of(e: &Expr) -> Option<(String, Volatility)> {
             }
         }
         _ => None,
+    }
+}
+
+/// The first `INTERSECT ALL` or `EXCEPT ALL` in `plan` (unoptimized): DataFusion's SQL
+/// planner makes each a semi or anti join that treats NULLs as equal, over a left input
+/// that is not made distinct (`INTERSECT` and `EXCEPT` make it distinct; a join the
+/// user writes never treats NULLs as equal).
+pub fn first_multiset_operation(plan: &LogicalPlan) -> Option<&'static str> {
+    let mut found = None;
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::Join(j) = node
+            && j.null_equality == NullEquality::NullEqualsNull
+            && !matches!(j.left.as_ref(), LogicalPlan::Distinct(_))
+        {
+            found = match j.join_type {
+                JoinType::LeftSemi => Some("INTERSECT ALL"),
+                JoinType::LeftAnti => Some("EXCEPT ALL"),
+                _ => None,
+            };
+        }
+        Ok(if found.is_some() {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    found
+}
+
+/// Rejects a plan that reads the clock or a random source, or that DataFusion would
+/// compute wrongly.
+pub fn check_answer(job: &Path, plan: &LogicalPlan) -> Result<()> {
+    match first_multiset_operation(plan) {
+        None => Ok(()),
+        Some(op) => Err(Error::Sql {
+            path: job.to_path_buf(),
+            message: format!(
+                "{op} is not supported: DataFusion 55 computes it as a {} join (every row \
+                 of the left side {} on the right, however often), not as SQL's {}. \
+                 Write {} (distinct rows), or count the rows of each side and join the counts",
+                if op == "INTERSECT ALL" {
+                    "semi"
+                } else {
+                    "anti"
+                },
+                if op == "INTERSECT ALL" {
+                    "with a match"
+                } else {
+                    "without a match"
+                },
+                if op == "INTERSECT ALL" {
+                    "multiset intersection (each row as often as on both sides)"
+                } else {
+                    "multiset difference (each row as often as it is more on the left)"
+                },
+                op.trim_end_matches(" ALL"),
+            ),
+        }),
     }
 }
 

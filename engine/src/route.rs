@@ -48,6 +48,36 @@ impl Router {
         &self.data_schema
     }
 
+    /// `data` with every column of the type and nullability the plan declared.
+    /// DataFusion's batches can carry others: a `sum` of decimals beside a
+    /// `count(distinct …)` comes out of DataFusion 55 as Decimal128(29, 2) where its
+    /// plan says Decimal128(19, 2), and a `union all` passes each side's batches on
+    /// with that side's nullability. A column of another type is cast back, checked, so
+    /// a value that does not fit is an error of the data, never a changed value.
+    fn conform(&self, data: RecordBatch) -> arrow::error::Result<RecordBatch> {
+        let declared = self.data_schema.fields();
+        if data.schema().fields() == declared {
+            return Ok(data);
+        }
+        let checked = arrow::compute::CastOptions {
+            safe: false,
+            ..Default::default()
+        };
+        let columns = data
+            .columns()
+            .iter()
+            .zip(declared.iter())
+            .map(|(c, want)| {
+                if c.data_type() == want.data_type() {
+                    Ok(Arc::clone(c))
+                } else {
+                    arrow::compute::cast_with_options(c, want.data_type(), &checked)
+                }
+            })
+            .collect::<arrow::error::Result<Vec<_>>>()?;
+        RecordBatch::try_new(Arc::clone(&self.data_schema), columns)
+    }
+
     /// Splits `batch` into (partition, data batch) pairs.
     pub fn split(
         &self,
@@ -56,7 +86,7 @@ impl Router {
         if batch.num_rows() == 0 {
             return Ok(Vec::new());
         }
-        let data = batch.project(&self.data_cols)?;
+        let data = self.conform(batch.project(&self.data_cols)?)?;
         if self.partition_cols.is_empty() {
             return Ok(vec![(PartitionPath::root(), data)]);
         }

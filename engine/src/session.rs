@@ -15,6 +15,7 @@ use datafusion::datasource::listing::{
 };
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::cache::cache_manager::{
     CacheManager, CacheManagerConfig, FileMetadataCache, FileStatisticsCache,
 };
@@ -87,13 +88,24 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
     // the rest and filtering after is cheaper for the filters jobs have (a status, a
     // join's keys probed row by row against a dimension).
     config.options_mut().execution.parquet.pushdown_filters = false;
+    // DataFusion's paths known to give wrong rows stay off.
+    crate::known_wrong::switch_off(config.options_mut());
     // Match globs against the whole path below their prefix (`raw/*/x.csv`), and read
     // the files of nested directories of a directory source.
     config
         .options_mut()
         .execution
         .listing_table_ignore_subdirectory = false;
-    let ctx = SessionContext::new_with_config_rt(config, runtime(job));
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime(job))
+        .with_default_features()
+        .with_physical_optimizer_rules(crate::known_wrong::physical_rules())
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    if !crate::known_wrong::reenabled("timestamp_literal_truncation") {
+        ctx.add_analyzer_rule(Arc::new(crate::exact_timestamps::ExactTimestampComparisons));
+    }
     ctx.add_optimizer_rule(Arc::new(crate::utc_date::UtcDateRule::new()));
     if job.execution.in_process() {
         ctx.add_optimizer_rule(Arc::new(crate::group_keys::PackGroupKeys));

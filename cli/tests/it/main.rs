@@ -1,6 +1,7 @@
 //! End-to-end tests of the `idem` binary, run as a user would: a directory holding the
 //! sample lake and job files, the binary, and independent readers of the result.
 
+mod answers;
 mod backfill;
 mod checks;
 mod cluster;

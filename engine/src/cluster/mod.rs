@@ -231,7 +231,17 @@ fn code_of(message: &str) -> u8 {
         "Invalid argument error",
         "InvalidArgumentError",
     ];
-    if message.contains("dedupe tie:") {
+    // DataFusion's planning errors, as displayed and as debug-printed: the query
+    // cannot run anywhere (a local run exits 2 for them too).
+    const PLAN: [&str; 6] = [
+        "Error during planning",
+        "Plan(\"",
+        "Schema error",
+        "SchemaError(",
+        "This feature is not implemented",
+        "NotImplemented(\"",
+    ];
+    if message.contains("dedupe tie:") || PLAN.iter().any(|p| message.contains(p)) {
         crate::exit::BAD_INPUT
     } else if DATA.iter().any(|d| message.contains(d)) {
         crate::exit::DATA

@@ -32,7 +32,8 @@ pub(super) async fn read_files_still_there(ctx: &SessionContext, job: &Job) -> R
 /// is computed again.
 pub(super) async fn explain(job: &Job, ctx: &SessionContext, e: Error) -> Error {
     let e = dedupe_tie(job, e);
-    if !matches!(e, Error::Execution { .. }) {
+    // A query DataFusion cannot plan is not about the inputs.
+    if !matches!(e, Error::Execution { .. }) || e.is_bad_input() {
         return e;
     }
     if let Err(conflict) = read_files_still_there(ctx, job).await {

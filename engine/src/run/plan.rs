@@ -69,13 +69,26 @@ pub async fn plan(job: &Job, opts: &RunOptions) -> Result<Planned> {
         message: sql_message(&e),
     };
     let df = ctx.sql(&job.sql).await.map_err(sql_err)?;
+    crate::guard::check_answer(&job.path, df.logical_plan())?;
     if !job.allow_nondeterministic {
         crate::guard::check(&job.path, df.logical_plan())?;
     }
     let values = params::values(&window, &opts.vars);
     let bound = params::bind(&job.path, df.logical_plan(), &values)?;
     let df = df.with_param_values(bound).map_err(sql_err)?;
-    let output: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let mut output: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    if job.target.mode == crate::job::Mode::Merge {
+        // A merge writes the table's kept rows beside the output's: that one run's SQL
+        // cannot hold a NULL in a column does not mean the table holds none.
+        let fields: Vec<_> = output
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        output = Arc::new(
+            arrow::datatypes::Schema::new(fields).with_metadata(output.metadata().clone()),
+        );
+    }
     let time = check_output(job, &window, &output)?;
     // Every column the job names must be in the output.
     let named = job
