@@ -183,8 +183,13 @@ pub(crate) fn data_fault(e: &(dyn std::error::Error + 'static)) -> bool {
         if e.is::<object_store::Error>() || e.is::<idem_io::Error>() {
             return false;
         }
-        if let Some(D::ResourcesExhausted(_) | D::ExecutionJoin(_)) = e.downcast_ref::<D>() {
-            return false;
+        match e.downcast_ref::<D>() {
+            Some(D::ResourcesExhausted(_) | D::ExecutionJoin(_)) => return false,
+            // DataFusion reports a value that does not fit the type it is cast to
+            // (a timestamp of year 9999 cast to nanoseconds) as a plain execution
+            // error, whose text alone says what it is.
+            Some(D::Execution(message)) if message.starts_with("Cannot cast ") => return true,
+            _ => {}
         }
         if let Some(a) = e.downcast_ref::<A>() {
             match a {
@@ -403,6 +408,11 @@ mod tests {
             D::ArrowError(Box::new(ArrowError::DivideByZero), None),
             D::ParquetError(Box::new(ParquetError::General("Corrupt footer".into()))),
             D::IoError(io(std::io::ErrorKind::InvalidData)),
+            D::Execution(
+                "Cannot cast Timestamp(µs, \"UTC\") value 27700358466206695 to Timestamp(ns): \
+                 converted value exceeds the representable i64 range"
+                    .into(),
+            ),
             D::Context(
                 "reading".into(),
                 Box::new(D::ArrowError(

@@ -508,7 +508,7 @@ fn search(label: &str, worlds: u64, queries: u64, merges: u64, extra: &[&str]) {
 fn generated_queries_give_duckdbs_rows_and_the_same_table_on_a_rerun() {
     search(
         "local",
-        budget("IDEM_ANSWERS_WORLDS", 6),
+        budget("IDEM_ANSWERS_WORLDS", 40),
         budget("IDEM_ANSWERS_QUERIES", 24),
         budget("IDEM_ANSWERS_MERGES", 2),
         &[],
@@ -522,7 +522,7 @@ fn generated_queries_give_duckdbs_rows_and_the_same_table_on_a_rerun() {
 fn generated_queries_on_a_cluster_write_what_a_local_run_writes() {
     search(
         "cluster",
-        budget("IDEM_ANSWERS_CLUSTER_WORLDS", 2),
+        budget("IDEM_ANSWERS_CLUSTER_WORLDS", 3),
         budget("IDEM_ANSWERS_QUERIES", 24),
         0,
         &["--cluster"],

@@ -321,3 +321,58 @@ fn a_failure_with_json_prints_the_error_object() {
         assert_eq!(f["exit_code"], 3);
     }
 }
+
+/// Errors DataFusion raises after the SQL parsed, while optimizing or planning it
+/// (duplicate names, a type coercion) are the query's fault: 2, never 1 (a retry fails
+/// the same way for ever). A value that does not fit its cast is the data's: 5.
+#[test]
+fn errors_found_after_parsing_are_classified_by_their_type() {
+    let lake = Lake::new();
+    let run = |name: &str, sql: &str, code: i32, text: &str| {
+        let job = lake.job(
+            name,
+            &format!(
+                r#"
+name = "{name}"
+[sources.orders]
+path = "testdata/lake/raw/orders/"
+partitioned_by = ["created_date"]
+[transform]
+sql = """{sql}"""
+[target]
+path = "out/{name}"
+partition_by = ["dt"]
+"#
+            ),
+        );
+        ends(&lake, &["run", &job, DAY[0], DAY[1]], &[], code, text);
+        assert!(!lake.join(&format!("out/{name}")).exists(), "{name}");
+    };
+    let day = "cast($run_date as date) as dt from orders where created_date = $run_date";
+    run(
+        "dup_names",
+        &format!(
+            "select cast(order_id as bigint) as a, order_id as b, count(*) as n, {day} \
+             group by cast(order_id as bigint), order_id"
+        ),
+        2,
+        "Projections require unique expression names",
+    );
+    run(
+        "coercion",
+        &format!(
+            "select order_id, {day} and (cast(store_id as tinyint unsigned) and status = 'paid')"
+        ),
+        2,
+        "Cannot infer common argument type for logical boolean operation UInt8 AND Boolean",
+    );
+    run(
+        "overflow",
+        &format!(
+            "select arrow_cast(created_at + interval '300000 days', \
+             'Timestamp(Nanosecond, Some(\"UTC\"))') as t, {day}"
+        ),
+        5,
+        "exceeds the representable i64 range",
+    );
+}

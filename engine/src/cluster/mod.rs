@@ -31,6 +31,7 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::SchemaRef;
 use ballista_core::config::BallistaConfig;
 use ballista_core::execution_plans::execute_physical_plan;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -139,6 +140,9 @@ pub(crate) async fn stage(
         .partitions
         .unwrap_or_else(|| plan.properties().output_partitioning().partition_count())
         .max(1);
+    if let Some(what) = cannot_travel(&plan) {
+        return Err(failed(what, crate::exit::BAD_INPUT));
+    }
     let input = by_partition(plan, output, &job.target.partition_by, tasks)
         .map_err(|e| fail(format!("planning the write: {e}")))?;
     let sink: Arc<dyn ExecutionPlan> = Arc::new(IdemSinkExec::new(input, spec));
@@ -203,6 +207,29 @@ pub(crate) async fn stage(
     Ok(staged.into_values().map(|(_, w)| w).collect())
 }
 
+/// Why `plan` cannot run on a Ballista 55 cluster, when it cannot: an uncorrelated
+/// scalar subquery (`where v >= (select min(v) from t)`) is planned as a
+/// `ScalarSubqueryExec` whose expressions do not survive the trip to an executor (each
+/// task failed with "ScalarSubqueryExpr can only be deserialized as part of a
+/// surrounding ScalarSubqueryExec", and the run with 1, as if a retry could help).
+fn cannot_travel(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        found = node.name() == "ScalarSubqueryExec";
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    found.then(|| {
+        "the query holds a scalar subquery over a whole table (such as \
+         `(select max(x) from t)`), which Ballista 55 cannot send to its executors; run \
+         this job without --cluster, or write the subquery as a join"
+            .to_string()
+    })
+}
+
 /// The exit code a failure on the cluster deserves, from its text: the one idem's sink
 /// put there, else what a local run gives the same failure (the data's fault, a dedupe
 /// tie), else 1 (worth a retry: an executor lost, the store failing).
@@ -217,7 +244,8 @@ fn code_of(message: &str) -> u8 {
     }
     // Arrow's data errors, as displayed and as debug-printed (Ballista reports a
     // task's error in the latter form).
-    const DATA: [&str; 12] = [
+    const DATA: [&str; 13] = [
+        "Cannot cast ",
         "Cast error",
         "CastError",
         "Parser error",
