@@ -148,7 +148,7 @@ pub async fn run(
     if staged.is_empty() {
         return Ok(());
     }
-    let ctx = SessionContext::new();
+    let ctx = crate::session::guarded(Default::default(), Default::default());
     ctx.register_udf(crate::key::IdemKey::udf());
     register_output(&ctx, job, output, staged).await?;
     let partition_cols: Vec<String> = job.target.partition_by.iter().map(|c| ident(c)).collect();

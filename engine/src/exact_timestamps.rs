@@ -4,13 +4,18 @@
 //! the column up, then its simplifier "unwraps" the cast and casts the literal down
 //! instead, truncating it: `ts = '… 00:00:00.515835'` is true for a `ts` of
 //! `00:00:00.515`, and `ts >= '… .5159'` keeps it too (`try_cast_literal_to_type`
-//! documents the truncation). This analyzer rule runs after type coercion and, where
-//! the constant has digits the column's unit cannot hold, rewrites the comparison to
+//! documents the truncation). This optimizer rule runs before every simplification
+//! (the optimizer's filter pushdown makes new comparisons, through a union or a
+//! projection that casts) and, where the constant has digits the column's unit cannot
+//! hold, rewrites the comparison to
 //! an exact one on the column's own unit, which the simplifier then leaves alone (and
 //! which still prunes row groups): with `f` the constant rounded down to the unit,
 //! `x < c` and `x <= c` become `x <= f`, `x > c` and `x >= c` become `x > f`, `x = c`
 //! is never true (NULL for a NULL `x`), `x <> c` always (but NULL). Constants the unit
-//! holds exactly are left to DataFusion, whose rewrite is then exact.
+//! holds exactly are left to DataFusion, whose rewrite is then exact. A cast that puts
+//! a zone on a timestamp without one shifts its values, so such a comparison is left
+//! alone. (DataFusion's simplifier also runs per file when a file's column has another
+//! unit than the table's; that pruning is not covered.)
 
 use std::sync::Arc;
 
@@ -19,21 +24,32 @@ use arrow::datatypes::{DataType, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, Result, ScalarValue};
-use datafusion::config::ConfigOptions;
 use datafusion::execution::context::ExecutionProps;
-use datafusion::logical_expr::expr::{Between, Cast, InList};
+use datafusion::logical_expr::expr::{Between, Cast, InList, TryCast};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator, lit};
-use datafusion::optimizer::AnalyzerRule;
+use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use datafusion::physical_expr::create_physical_expr;
 use datafusion::physical_plan::ColumnarValue;
 
 #[derive(Debug, Default)]
-pub(crate) struct ExactTimestampComparisons;
+struct ExactTimestampComparisons;
 
-impl AnalyzerRule for ExactTimestampComparisons {
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+impl OptimizerRule for ExactTimestampComparisons {
+    fn name(&self) -> &str {
+        "idem_exact_timestamp_comparisons"
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        true
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> Result<Transformed<LogicalPlan>> {
         plan.transform_up_with_subqueries(|node| {
             let mut schema = DFSchema::empty();
             for input in node.inputs() {
@@ -48,12 +64,19 @@ impl AnalyzerRule for ExactTimestampComparisons {
                     .update_data(|e| saved.restore(e)))
             })
         })
-        .map(|t| t.data)
     }
+}
 
-    fn name(&self) -> &str {
-        "idem_exact_timestamp_comparisons"
+/// DataFusion's optimizer rules with this rule before each simplification.
+pub(crate) fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
+    let mut rules = Vec::new();
+    for rule in datafusion::optimizer::Optimizer::new().rules {
+        if rule.name() == "simplify_expressions" {
+            rules.push(Arc::new(ExactTimestampComparisons) as Arc<dyn OptimizerRule + Send + Sync>);
+        }
+        rules.push(rule);
     }
+    rules
 }
 
 fn scale(unit: &TimeUnit) -> i64 {
@@ -87,7 +110,7 @@ fn timestamp_literal(v: i64, unit: &TimeUnit, tz: Option<Arc<str>>) -> Expr {
 
 /// The value of `e` when it reads no column and evaluates here.
 fn constant(e: &Expr) -> Option<ScalarValue> {
-    if !e.column_refs().is_empty() {
+    if !e.column_refs().is_empty() || e.is_volatile() {
         return None;
     }
     let props = ExecutionProps::new();
@@ -116,13 +139,16 @@ fn coarse_cast<'a>(
     e: &'a Expr,
     schema: &DFSchema,
 ) -> Option<(&'a Expr, TimeUnit, Option<Arc<str>>)> {
-    let Expr::Cast(Cast { expr, field }) = e else {
-        return None;
+    let (expr, field) = match e {
+        Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) => (expr, field),
+        _ => return None,
     };
-    let DataType::Timestamp(to, _) = field.data_type() else {
+    let DataType::Timestamp(to, to_tz) = field.data_type() else {
         return None;
     };
     match expr.get_type(schema).ok()? {
+        // A zone put on a timestamp without one shifts its values: not a unit change.
+        DataType::Timestamp(_, None) if to_tz.is_some() => None,
         DataType::Timestamp(from, tz) if scale(&from) < scale(to) => Some((expr, from, tz)),
         _ => None,
     }

@@ -75,7 +75,7 @@ pub fn first_multiset_operation(plan: &LogicalPlan) -> Option<&'static str> {
     let _ = plan.apply_with_subqueries(|node| {
         if let LogicalPlan::Join(j) = node
             && j.null_equality == NullEquality::NullEqualsNull
-            && !matches!(j.left.as_ref(), LogicalPlan::Distinct(_))
+            && !distinct(&j.left)
         {
             found = match j.join_type {
                 JoinType::LeftSemi => Some("INTERSECT ALL"),
@@ -90,6 +90,16 @@ pub fn first_multiset_operation(plan: &LogicalPlan) -> Option<&'static str> {
         })
     });
     found
+}
+
+/// Whether `plan` yields distinct rows: a `Distinct`, under any aliases (a set
+/// operation over one table aliases its sides).
+fn distinct(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Distinct(_) => true,
+        LogicalPlan::SubqueryAlias(a) => distinct(&a.input),
+        _ => false,
+    }
 }
 
 /// Rejects a plan that reads the clock or a random source, or that DataFusion would

@@ -109,6 +109,18 @@ pub(crate) fn reenabled(name: &str) -> bool {
 /// Switches every known-wrong path that has an option off in `options`, except those
 /// `IDEM_UNSAFE_REENABLE` names.
 pub fn switch_off(options: &mut ConfigOptions) {
+    // The umbrella option resets the three when it is set, and Ballista sets a
+    // session's options in declaration order, the umbrella after the three: it is
+    // off too, unless one of them is turned back on.
+    let any_on = PATHS
+        .iter()
+        .any(|p| p.option.contains("dynamic_filter") && reenabled(p.name));
+    options
+        .set(
+            "datafusion.optimizer.enable_dynamic_filter_pushdown",
+            if any_on { "true" } else { "false" },
+        )
+        .expect("DataFusion knows the umbrella option");
     for path in PATHS.iter().filter(|p| !p.option.is_empty()) {
         let value = if reenabled(path.name) {
             "true"

@@ -17,6 +17,20 @@ use arrow::row::{RowConverter, SortField};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use idem_io::hive::PartitionPath;
 
+/// Whether a value of type `from` cast to `to` is the same value: a decimal's precision
+/// at the same scale (checked for overflow), or the same text or bytes held as a
+/// dictionary, a view or a large array.
+fn keeps_values(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    let text = |t: &DataType| matches!(t, Utf8 | LargeUtf8 | Utf8View);
+    let bytes = |t: &DataType| matches!(t, Binary | LargeBinary | BinaryView);
+    match (from, to) {
+        (Decimal128(_, a), Decimal128(_, b)) | (Decimal256(_, a), Decimal256(_, b)) => a == b,
+        (Dictionary(_, v), t) | (t, Dictionary(_, v)) => v.as_ref() == t || keeps_values(v, t),
+        (a, b) => (text(a) && text(b)) || (bytes(a) && bytes(b)),
+    }
+}
+
 /// Splits batches of one output schema into per-partition data batches.
 #[derive(Debug)]
 pub struct Router {
@@ -52,8 +66,10 @@ impl Router {
     /// DataFusion's batches can carry others: a `sum` of decimals beside a
     /// `count(distinct …)` comes out of DataFusion 55 as Decimal128(29, 2) where its
     /// plan says Decimal128(19, 2), and a `union all` passes each side's batches on
-    /// with that side's nullability. A column of another type is cast back, checked, so
-    /// a value that does not fit is an error of the data, never a changed value.
+    /// with that side's nullability. A column of another type is cast back only where
+    /// the cast keeps every value (a decimal's precision at the same scale, a
+    /// dictionary or a view of the declared values), checked, so a value that does not
+    /// fit is an error; any other difference is an error, never a changed value.
     fn conform(&self, data: RecordBatch) -> arrow::error::Result<RecordBatch> {
         let declared = self.data_schema.fields();
         if data.schema().fields() == declared {
@@ -70,8 +86,15 @@ impl Router {
             .map(|(c, want)| {
                 if c.data_type() == want.data_type() {
                     Ok(Arc::clone(c))
-                } else {
+                } else if keeps_values(c.data_type(), want.data_type()) {
                     arrow::compute::cast_with_options(c, want.data_type(), &checked)
+                } else {
+                    Err(arrow::error::ArrowError::ComputeError(format!(
+                        "column `{}`: the query produced {} where its plan declared {}",
+                        want.name(),
+                        c.data_type(),
+                        want.data_type()
+                    )))
                 }
             })
             .collect::<arrow::error::Result<Vec<_>>>()?;
@@ -290,6 +313,56 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    /// A batch of another type than the plan's is cast back only where every value
+    /// stays the same; a NOT NULL batch field is relabelled nullable as declared.
+    #[test]
+    fn batches_are_conformed_to_the_plan_or_refused() {
+        use arrow::array::{Decimal128Array, Float64Array};
+        let declared = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Decimal128(19, 2), true),
+            Field::new("f", DataType::Float64, true),
+        ]));
+        let r = Router::new(&declared, &[]);
+        let wide = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Decimal128(29, 2), false),
+            Field::new("f", DataType::Float64, false),
+        ]));
+        let sums = |v: i128| {
+            Arc::new(
+                Decimal128Array::from(vec![v])
+                    .with_precision_and_scale(29, 2)
+                    .unwrap(),
+            ) as ArrayRef
+        };
+        let floats = Arc::new(Float64Array::from(vec![1.5])) as ArrayRef;
+        let b =
+            RecordBatch::try_new(Arc::clone(&wide), vec![sums(375), Arc::clone(&floats)]).unwrap();
+        let out = r.split(&b).unwrap();
+        assert_eq!(out[0].1.schema(), declared);
+        let s = out[0]
+            .1
+            .column(0)
+            .as_any()
+            .downcast_ref::<Decimal128Array>()
+            .unwrap();
+        assert_eq!((s.value(0), s.precision(), s.scale()), (375, 19, 2));
+        // A sum that does not fit the declared precision is an error, not a new value.
+        let big =
+            RecordBatch::try_new(Arc::clone(&wide), vec![sums(10i128.pow(20)), floats]).unwrap();
+        assert!(r.split(&big).is_err());
+        // A float where the plan says an integer is never cast.
+        let ints = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Decimal128(19, 2), true),
+            Field::new("f", DataType::Int64, true),
+        ]));
+        let r = Router::new(&ints, &[]);
+        let msg = r.split(&b).unwrap_err().to_string();
+        assert!(
+            msg.contains("column `f`: the query produced Float64"),
+            "{msg}"
+        );
     }
 
     #[test]

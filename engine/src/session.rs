@@ -88,24 +88,13 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
     // the rest and filtering after is cheaper for the filters jobs have (a status, a
     // join's keys probed row by row against a dimension).
     config.options_mut().execution.parquet.pushdown_filters = false;
-    // DataFusion's paths known to give wrong rows stay off.
-    crate::known_wrong::switch_off(config.options_mut());
     // Match globs against the whole path below their prefix (`raw/*/x.csv`), and read
     // the files of nested directories of a directory source.
     config
         .options_mut()
         .execution
         .listing_table_ignore_subdirectory = false;
-    let state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_runtime_env(runtime(job))
-        .with_default_features()
-        .with_physical_optimizer_rules(crate::known_wrong::physical_rules())
-        .build();
-    let ctx = SessionContext::new_with_state(state);
-    if !crate::known_wrong::reenabled("timestamp_literal_truncation") {
-        ctx.add_analyzer_rule(Arc::new(crate::exact_timestamps::ExactTimestampComparisons));
-    }
+    let ctx = guarded(config, runtime(job));
     ctx.add_optimizer_rule(Arc::new(crate::utc_date::UtcDateRule::new()));
     if job.execution.in_process() {
         ctx.add_optimizer_rule(Arc::new(crate::group_keys::PackGroupKeys));
@@ -120,6 +109,22 @@ pub async fn context(job: &Job) -> Result<SessionContext> {
         }
     }
     Ok(ctx)
+}
+
+/// A session of `config` and `runtime` with DataFusion's paths known to give wrong
+/// rows closed (`known_wrong`): every session idem plans a query in, a run's, a
+/// check's or `verify`'s.
+pub(crate) fn guarded(mut config: SessionConfig, runtime: Arc<RuntimeEnv>) -> SessionContext {
+    crate::known_wrong::switch_off(config.options_mut());
+    let mut state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .with_physical_optimizer_rules(crate::known_wrong::physical_rules());
+    if !crate::known_wrong::reenabled("timestamp_literal_truncation") {
+        state = state.with_optimizer_rules(crate::exact_timestamps::optimizer_rules());
+    }
+    SessionContext::new_with_state(state.build())
 }
 
 /// The runtime of a session. DataFusion's list-files cache is off: on a miss it lists

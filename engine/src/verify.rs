@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datafusion::execution::context::SessionContext;
 use datafusion::prelude::ParquetReadOptions;
 use idem_io::hive::PartitionPath;
 use idem_io::manifest::{InputFile, LiveState, read_partition};
@@ -122,7 +121,7 @@ pub async fn verify(job: &Job, opts: &RunOptions) -> Result<VerifyReport> {
 }
 
 async fn differing_rows(job: &Job, dirs: &[PathBuf]) -> Result<Vec<String>> {
-    let ctx = SessionContext::new();
+    let ctx = crate::session::guarded(Default::default(), Default::default());
     let exec = |e| Error::execution(&job.path, "comparing the two runs: ", e);
     for (name, dir) in ["one", "two"].iter().zip(dirs) {
         if dir.is_dir() {
