@@ -203,7 +203,10 @@ pub(crate) fn data_fault(e: &(dyn std::error::Error + 'static)) -> bool {
                 | A::JsonError(_)
                 | A::DictionaryKeyOverflowError
                 | A::RunEndIndexOverflowError
-                | A::OffsetOverflowError(_) => return true,
+                | A::OffsetOverflowError(_)
+                // The Parquet reader's decoding errors (a page that does not
+                // decompress, a value out of its column's domain), after its reads.
+                | A::ParquetError(_) => return true,
                 A::ExternalError(_) | A::IoError(..) => {}
                 _ => return false,
             }
@@ -233,6 +236,11 @@ pub(crate) fn plan_fault(e: &(dyn std::error::Error + 'static)) -> bool {
         }
         match e.downcast_ref::<D>() {
             Some(D::Plan(_) | D::SchemaError(..) | D::SQL(..) | D::NotImplemented(_)) => {
+                return true;
+            }
+            // The logical optimizer reads no data: whatever fails in it (a constant
+            // of the SQL that does not fit its type) fails the same way on any input.
+            Some(D::Context(context, _)) if context.starts_with("Optimizer rule ") => {
                 return true;
             }
             Some(D::ArrowError(..) | D::ParquetError(_) | D::ObjectStore(_) | D::IoError(_)) => {
@@ -406,6 +414,12 @@ mod tests {
                 None,
             ),
             D::ArrowError(Box::new(ArrowError::DivideByZero), None),
+            D::ArrowError(
+                Box::new(ArrowError::ParquetError(
+                    "External: snappy: corrupt input".into(),
+                )),
+                None,
+            ),
             D::ParquetError(Box::new(ParquetError::General("Corrupt footer".into()))),
             D::IoError(io(std::io::ErrorKind::InvalidData)),
             D::Execution(

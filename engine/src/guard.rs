@@ -110,13 +110,13 @@ pub fn check_answer(job: &Path, plan: &LogicalPlan) -> Result<()> {
         Some(op) => Err(Error::Sql {
             path: job.to_path_buf(),
             message: format!(
-                "{op} is not supported: DataFusion 55 computes it as a {} join (every row \
+                "{op} is not supported: DataFusion 55 computes it as {} join (every row \
                  of the left side {} on the right, however often), not as SQL's {}. \
                  Write {} (distinct rows), or count the rows of each side and join the counts",
                 if op == "INTERSECT ALL" {
-                    "semi"
+                    "a semi"
                 } else {
-                    "anti"
+                    "an anti"
                 },
                 if op == "INTERSECT ALL" {
                     "with a match"

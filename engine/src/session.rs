@@ -907,11 +907,16 @@ fn url_of(store: &str, location: &object_store::path::Path) -> String {
     }
 }
 
-/// After a failed execution, finds an input file that cannot be read, so the error can
-/// name it: DataFusion's decoding errors do not say which file they came from. A file
-/// that cannot be opened is reported only when the failure was not the data's
-/// (`data_fault`): it is then the likelier cause.
-pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], data_fault: bool) -> Option<Error> {
+/// After a failed execution `e`, finds an input file that cannot be read, so the error
+/// can name it: DataFusion's decoding errors do not say which file they came from. A
+/// file that cannot be opened is reported only when the failure was not the data's:
+/// it is then the likelier cause. When a page could not be decoded, each Parquet file
+/// whose footer reads is decoded whole, to find the one that fails.
+pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], e: &Error) -> Option<Error> {
+    let data_fault = e.is_data_error();
+    let undecodable = e
+        .find_source::<arrow::error::ArrowError>()
+        .is_some_and(|a| matches!(a, arrow::error::ArrowError::ParquetError(_)));
     for input in inputs {
         let Some(source) = job.sources.iter().find(|s| s.name == input.source) else {
             continue;
@@ -938,6 +943,13 @@ pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], data_fault: bool) -> Opt
                 .parse_and_finish(&file)
                 .map(|_| ())
                 .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    if undecodable {
+                        decode_whole(file)
+                    } else {
+                        Ok(())
+                    }
+                })
                 .err(),
             Format::Csv | Format::Json => {
                 let mut bytes = Vec::new();
@@ -960,6 +972,18 @@ pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], data_fault: bool) -> Opt
         }
     }
     None
+}
+
+/// Reads every row of a Parquet file, batch by batch, to find a page that cannot be
+/// decoded.
+fn decode_whole(file: std::fs::File) -> std::result::Result<(), String> {
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|builder| builder.build())
+        .map_err(|e| e.to_string())?;
+    for batch in reader {
+        batch.map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -254,6 +254,55 @@ partition_by = ["dt"]
     run(&env, 5, "Corrupt footer");
 }
 
+/// A page that cannot be decoded under a valid footer (256 bytes overwritten at a
+/// fifth of the file, as a failing disk or a torn copy leaves it) fails the same way
+/// every time: on disk idem decodes the inputs to find the file and names it (2); on a
+/// store the decoder's error is final (5). Nothing is written either way.
+#[test]
+fn a_page_that_cannot_be_decoded_is_final_and_named_on_disk() {
+    let lake = Lake::new();
+    let raw = lake.join("testdata/lake/raw/orders");
+    let file = raw.join("created_date=2026-06-02/part-0.parquet");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() / 5;
+    bytes[at..at + 256].fill(0xA5);
+    std::fs::write(&file, &bytes).unwrap();
+    let every_column = "order_id, customer_id, store_id, amount_usd, status, created_at";
+    let local = job(&lake, "torn", every_column, "");
+    let named = format!("file {} cannot be read: ", file.display());
+    ends(&lake, &["run", &local, DAY[0], DAY[1]], &[], 2, &named);
+    ends(&lake, &["run", &local, DAY[0], DAY[1]], &[], 2, "snappy");
+    assert!(!lake.join("out/torn").exists());
+
+    let bucket = crate::s3::bucket("torn");
+    readers(&[
+        "put",
+        s3_endpoint(),
+        raw.to_str().unwrap(),
+        &format!("s3://{bucket}/raw/orders/"),
+    ]);
+    let remote = lake.job(
+        "torn_remote",
+        &format!(
+            r#"
+name = "torn_remote"
+[sources.orders]
+path = "s3://{bucket}/raw/orders/"
+partitioned_by = ["created_date"]
+[transform]
+sql = "select {every_column}, cast(created_at as date) as dt from orders where created_date = $run_date"
+[target]
+path = "out/torn_remote"
+partition_by = ["dt"]
+"#
+        ),
+    );
+    let s3 = s3_env();
+    let env: Vec<(&str, &str)> = s3.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    ends(&lake, &["run", &remote, DAY[0], DAY[1]], &env, 5, "snappy");
+    assert!(!lake.join("out/torn_remote").exists());
+}
+
 /// With `--json`, a failure ends stdout with one object: the error as stderr says it,
 /// the exit code, and the partition it names (null when none); a backfill's `failed`
 /// event names the partition too.
@@ -365,6 +414,16 @@ partition_by = ["dt"]
         ),
         2,
         "Cannot infer common argument type for logical boolean operation UInt8 AND Boolean",
+    );
+    // A constant of the SQL that does not fit its type fails in the optimizer, before
+    // any data is read: the same on every input.
+    run(
+        "constant",
+        &format!(
+            "select order_id, {day} and created_at > cast('0001-01-01 00:00:00' as timestamp)"
+        ),
+        2,
+        "Overflow converting 0001-01-01 00:00:00 to Nanosecond",
     );
     run(
         "overflow",

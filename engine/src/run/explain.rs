@@ -40,8 +40,7 @@ pub(super) async fn explain(job: &Job, ctx: &SessionContext, e: Error) -> Error 
         return conflict;
     }
     let files = crate::session::all_source_files(ctx, job).await;
-    let data = e.is_data_error();
-    crate::session::diagnose_inputs(job, &files, data).unwrap_or(e)
+    crate::session::diagnose_inputs(job, &files, &e).unwrap_or(e)
 }
 
 /// A dedupe tie surfaces from DataFusion as an execution error; it is bad input.

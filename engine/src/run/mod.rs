@@ -330,9 +330,8 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             Err(e @ Error::Execution { .. }) => {
                 // A read that failed on a file a newer commit removed: computed again.
                 read_files_still_there(&ctx, &job).await?;
-                let data = e.is_data_error();
                 return Err(
-                    crate::session::diagnose_inputs(&job, &run_info.inputs, data).unwrap_or(e),
+                    crate::session::diagnose_inputs(&job, &run_info.inputs, &e).unwrap_or(e)
                 );
             }
             Err(e) => return Err(e),
