@@ -79,17 +79,29 @@ pub fn s3_endpoint() -> &'static str {
         if let Ok(e) = std::env::var("IDEM_S3_ENDPOINT") {
             return e;
         }
-        let script = repo_root().join("testdata/py/s3_server.py");
-        let args = format!("'{}' 127.0.0.1 {{port}}", script.display());
-        let port = serve(python(), &args, "the S3 server (moto)", None);
-        format!("http://127.0.0.1:{port}")
+        private_s3_endpoint()
     })
+}
+
+/// A moto server of its own, started on a free port, which stops when this test
+/// process ends: for a search whose requests would queue behind others' on the
+/// shared one (moto answers on one core).
+pub fn private_s3_endpoint() -> String {
+    let script = repo_root().join("testdata/py/s3_server.py");
+    let args = format!("'{}' 127.0.0.1 {{port}}", script.display());
+    let port = serve(python(), &args, "the S3 server (moto)", None);
+    format!("http://127.0.0.1:{port}")
 }
 
 /// The environment a run needs to reach the test S3 server.
 pub fn s3_env() -> Vec<(&'static str, String)> {
+    s3_env_of(s3_endpoint())
+}
+
+/// The environment a run needs to reach the S3 server at `endpoint`.
+pub fn s3_env_of(endpoint: &str) -> Vec<(&'static str, String)> {
     vec![
-        ("AWS_ENDPOINT_URL", s3_endpoint().to_string()),
+        ("AWS_ENDPOINT_URL", endpoint.to_string()),
         ("AWS_ALLOW_HTTP", "true".into()),
         ("AWS_ACCESS_KEY_ID", "test".into()),
         ("AWS_SECRET_ACCESS_KEY", "test".into()),
