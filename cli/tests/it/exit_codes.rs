@@ -5,13 +5,18 @@ use crate::common::*;
 
 /// A daily job whose select list is `select`; `extra` goes at the end of the file.
 fn job(lake: &Lake, name: &str, select: &str, extra: &str) -> String {
+    job_reading(lake, name, "testdata/lake/raw/orders/", select, extra)
+}
+
+/// [`job`] over the raw orders at `source` (a folder or a URL).
+fn job_reading(lake: &Lake, name: &str, source: &str, select: &str, extra: &str) -> String {
     lake.job(
         name,
         &format!(
             r#"
 name = "{name}"
 [sources.orders]
-path = "testdata/lake/raw/orders/"
+path = "{source}"
 partitioned_by = ["created_date"]
 [transform]
 sql = "select {select}, cast(created_at as date) as dt from orders where created_date = $run_date"
@@ -281,22 +286,8 @@ fn a_page_that_cannot_be_decoded_is_final_and_named_on_disk() {
         raw.to_str().unwrap(),
         &format!("s3://{bucket}/raw/orders/"),
     ]);
-    let remote = lake.job(
-        "torn_remote",
-        &format!(
-            r#"
-name = "torn_remote"
-[sources.orders]
-path = "s3://{bucket}/raw/orders/"
-partitioned_by = ["created_date"]
-[transform]
-sql = "select {every_column}, cast(created_at as date) as dt from orders where created_date = $run_date"
-[target]
-path = "out/torn_remote"
-partition_by = ["dt"]
-"#
-        ),
-    );
+    let source = format!("s3://{bucket}/raw/orders/");
+    let remote = job_reading(&lake, "torn_remote", &source, every_column, "");
     let s3 = s3_env();
     let env: Vec<(&str, &str)> = s3.iter().map(|(k, v)| (*k, v.as_str())).collect();
     ends(&lake, &["run", &remote, DAY[0], DAY[1]], &env, 5, "snappy");
