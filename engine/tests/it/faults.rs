@@ -14,9 +14,6 @@ use idem_io::fault::{self, Mode};
 
 use crate::world::{Backend, Digests, Sources, World};
 
-/// Fault plans are process-wide: one search at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
 #[derive(Clone, Copy, Debug)]
 enum Scenario {
     /// A daily run whose one partition gets new rows.
@@ -248,80 +245,117 @@ const SCENARIOS: [Scenario; 5] = [
     Scenario::GcAfterDeadRun,
 ];
 
-fn every_scenario(backend: Backend, modes: &[Mode]) {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    for scenario in SCENARIOS {
-        let counts = search(backend, scenario, modes);
+/// In a child process: the scenario and mode it searches (`<index>:<mode>`).
+const CASE_VAR: &str = "IDEM_FAULTS_CASE";
+
+/// Searches every scenario in each of `modes` on `backend`: one child process per
+/// scenario and mode (fault plans are per process), four at a time, each against a
+/// moto server of its own on S3 (one server answers on one core); then reports each
+/// scenario. `test` is the calling test's name, which each child runs again.
+fn every_scenario(test: &str, backend: Backend, modes: &[Mode]) {
+    if let Some(case) = std::env::var_os(CASE_VAR) {
+        let case = case.into_string().expect("a case");
+        let (i, mode) = case.split_once(':').expect("<index>:<mode>");
+        let scenario = SCENARIOS[i.parse::<usize>().expect("a scenario")];
+        let mode = *modes
+            .iter()
+            .find(|m| m.to_string() == mode)
+            .expect("a mode of this backend");
+        let (_, count) = search(backend, scenario, &[mode]).remove(0);
+        println!(
+            "fault-count {} {} {}",
+            count.calls, count.writes, count.injected
+        );
+        return;
+    }
+    // The longest searches first (the backfill's, then the three partitions').
+    let queue: Mutex<std::collections::VecDeque<(usize, Mode)>> = Mutex::new(
+        [3, 1, 2, 0, 4]
+            .into_iter()
+            .flat_map(|i| modes.iter().map(move |&m| (i, m)))
+            .collect(),
+    );
+    let done = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                loop {
+                    let next = queue.lock().unwrap().pop_front();
+                    let Some((i, mode)) = next else { break };
+                    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+                    child
+                        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+                        .env(CASE_VAR, format!("{i}:{mode}"))
+                        .env_remove("IDEM_FAULTS");
+                    if let Backend::Moto = backend {
+                        let endpoint = idem_testdata::servers::private_s3_endpoint();
+                        child
+                            .envs(idem_testdata::servers::s3_env_of(&endpoint))
+                            .env("IDEM_S3_ENDPOINT", &endpoint);
+                    }
+                    let out = child.output().unwrap();
+                    done.lock().unwrap().push(((i, mode), out));
+                }
+            });
+        }
+    });
+    let done = done.into_inner().unwrap();
+    for (i, scenario) in SCENARIOS.into_iter().enumerate() {
+        let counts: Vec<(Mode, Count)> = modes
+            .iter()
+            .map(|&mode| {
+                let (_, out) = done.iter().find(|(c, _)| *c == (i, mode)).unwrap();
+                let context = format!("{} / {}: {mode}", backend.name(), scenario.name());
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                assert!(
+                    out.status.success(),
+                    "{context}: {stdout}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                // The line may follow the test harness's "test … " on one line.
+                let line = stdout
+                    .split_once("fault-count ")
+                    .and_then(|(_, rest)| rest.lines().next())
+                    .unwrap_or_else(|| panic!("{context}: the search did not run: {stdout}"));
+                let n: Vec<u64> = line.split(' ').map(|n| n.parse().unwrap()).collect();
+                let count = Count {
+                    calls: n[0],
+                    writes: n[1],
+                    injected: n[2],
+                };
+                (mode, count)
+            })
+            .collect();
         report(backend, scenario, &counts);
     }
 }
 
 #[test]
 fn every_single_fault_on_local_disk() {
-    every_scenario(Backend::Local, &[Mode::Fail, Mode::Crash]);
+    every_scenario(
+        "faults::every_single_fault_on_local_disk",
+        Backend::Local,
+        &[Mode::Fail, Mode::Crash],
+    );
 }
 
 #[test]
 fn every_single_fault_on_an_in_memory_object_store() {
-    every_scenario(Backend::Memory, &[Mode::Fail, Mode::Lose, Mode::Crash]);
+    every_scenario(
+        "faults::every_single_fault_on_an_in_memory_object_store",
+        Backend::Memory,
+        &[Mode::Fail, Mode::Lose, Mode::Crash],
+    );
 }
 
 /// On a real S3-compatible server (moto): the conditional marker commits, copies and
 /// deletes over HTTP, each scenario and mode in full. The in-process engine reaches
-/// the server through the AWS_* environment, so the test runs itself again with it:
-/// one process per scenario, all at once, each with a server of its own (fault plans
-/// are per process, and one moto server, answering on one core, is what a search
-/// waits for).
+/// the server through the AWS_* environment each child is started with.
 #[test]
 fn every_single_fault_on_an_s3_server() {
-    const SCENARIO_VAR: &str = "IDEM_FAULTS_SCENARIO";
-    if let Some(i) = std::env::var_os(SCENARIO_VAR) {
-        let i: usize = i.to_str().and_then(|i| i.parse().ok()).expect("a scenario");
-        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-        let scenario = SCENARIOS[i];
-        let counts = search(
-            Backend::Moto,
-            scenario,
-            &[Mode::Fail, Mode::Lose, Mode::Crash],
-        );
-        report(Backend::Moto, scenario, &counts);
-        return;
-    }
-    let children: Vec<_> = (0..SCENARIOS.len())
-        .map(|i| {
-            let endpoint = idem_testdata::servers::private_s3_endpoint();
-            std::process::Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "faults::every_single_fault_on_an_s3_server",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .envs(idem_testdata::servers::s3_env_of(&endpoint))
-                .env("IDEM_S3_ENDPOINT", &endpoint)
-                .env(SCENARIO_VAR, i.to_string())
-                .env_remove("IDEM_FAULTS")
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for (child, scenario) in children.into_iter().zip(SCENARIOS) {
-        let out = child.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&out.stderr);
-        eprint!("{text}");
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            scenario.name(),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let line = format!("faults | moto (S3) | {} |", scenario.name());
-        assert!(
-            text.contains(&line),
-            "{}: the search did not run",
-            scenario.name()
-        );
-    }
+    every_scenario(
+        "faults::every_single_fault_on_an_s3_server",
+        Backend::Moto,
+        &[Mode::Fail, Mode::Lose, Mode::Crash],
+    );
 }
