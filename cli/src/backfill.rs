@@ -74,6 +74,10 @@ pub struct BackfillArgs {
     /// bringing the upstream units they read up to date.
     #[arg(long, value_name = "K/N", conflicts_with = "cascade")]
     shard: Option<String>,
+    /// Let a date whose sources have no file for its window empty partitions that
+    /// hold rows (by default it refuses, exit 2, and names the sources and partitions).
+    #[arg(long)]
+    allow_missing_input: bool,
     /// Print JSON lines on stdout: a `start` and a `done`/`failed`/`skipped` event per
     /// date, and a `summary` per job.
     #[arg(long)]
@@ -172,7 +176,10 @@ pub fn backfill(args: BackfillArgs) -> anyhow::Result<ExitCode> {
             "--cascade needs a project folder (a directory of job files), not a job file"
         );
     }
-    let jobs = load(&args.job)?;
+    let mut jobs = load(&args.job)?;
+    for job in &mut jobs.jobs {
+        job.allow_missing_input |= args.allow_missing_input;
+    }
     if args.atomic {
         let refuse = |message: &str| idem_engine::Error::JobInvalid {
             path: args.job.clone(),
@@ -436,7 +443,12 @@ fn backfill_job(
     let progress =
         render::BackfillProgress::new(dates.len(), !json && std::io::stderr().is_terminal());
     let events = Arc::clone(&progress);
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let abandoned2 = Arc::clone(&abandoned);
     let on_event: Arc<dyn Fn(idem_engine::backfill::Event) + Send + Sync> = Arc::new(move |e| {
+        if matches!(e, idem_engine::backfill::Event::Abandoned { .. }) {
+            abandoned2.store(true, SeqCst);
+        }
         if json {
             if let Ok(line) = serde_json::to_string(&e) {
                 println!("{line}");
@@ -457,6 +469,9 @@ fn backfill_job(
     summary.dates += skipped;
     summary.skipped = skipped;
     summary.interrupted = flags.interrupted.load(SeqCst);
+    if abandoned.load(SeqCst) {
+        summary.abandon();
+    }
     if json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {

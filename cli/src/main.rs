@@ -110,6 +110,10 @@ struct RunArgs {
     /// (`run` only).
     #[arg(long)]
     profile: bool,
+    /// Let a run whose sources have no file for its window empty partitions that hold
+    /// rows (by default it refuses, exit 2, and names the sources and partitions).
+    #[arg(long)]
+    allow_missing_input: bool,
 }
 
 #[derive(Args, Debug)]
@@ -120,6 +124,9 @@ struct StatusArgs {
     json: bool,
 }
 
+/// The longest `--retain-hours`: a century.
+const MAX_RETAIN_HOURS: u64 = 100 * 366 * 24;
+
 #[derive(Args, Debug)]
 struct VacuumArgs {
     /// The Delta table's root directory or URL.
@@ -127,7 +134,7 @@ struct VacuumArgs {
     /// Keep files removed within this many hours (default: the table's
     /// delta.deletedFileRetentionDuration, seven days unless set). Readers holding an
     /// older version than this lose its files.
-    #[arg(long, value_name = "HOURS")]
+    #[arg(long, value_name = "HOURS", value_parser = clap::value_parser!(u64).range(0..=MAX_RETAIN_HOURS))]
     retain_hours: Option<u64>,
     /// List what would be deleted, delete nothing.
     #[arg(long)]
@@ -177,7 +184,11 @@ fn main() -> ExitCode {
     let serving = matches!(cli.command, Command::Scheduler(_) | Command::Executor(_));
     init_tracing(cli.verbose, serving);
     let json = cli.command.json();
-    let outcome = run(cli);
+    // A setting read deep inside a run is checked before anything starts.
+    let outcome = match idem_io::commit::object::lease_timeout_from_env() {
+        Err(message) => Err(idem_engine::Error::Argument { message }.into()),
+        Ok(_) => run(cli),
+    };
     if idem_io::fault::armed_from_env() {
         // For fault tests: how many storage calls the process made.
         let stats = idem_io::fault::stats();
@@ -248,7 +259,8 @@ pub(crate) fn parse_vars(vars: &[String]) -> Result<Vec<Var>, idem_engine::Error
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
-            let job = Job::load(&args.job)?;
+            let mut job = Job::load(&args.job)?;
+            job.allow_missing_input |= args.allow_missing_input;
             let opts = RunOptions {
                 date: args.date.clone(),
                 vars: parse_vars(&args.vars)?,
@@ -322,7 +334,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     } else {
                         format!("reads {}", e.upstream.join(", "))
                     };
-                    println!("{}  ({})  {from}  -> {}", e.job, e.job_file, e.target);
+                    let missing = if e.allow_missing_input {
+                        "  (empties partitions when its input is missing)"
+                    } else {
+                        ""
+                    };
+                    println!(
+                        "{}  ({})  {from}  -> {}{missing}",
+                        e.job, e.job_file, e.target
+                    );
                 }
             }
             Ok(ExitCode::SUCCESS)

@@ -57,6 +57,15 @@ fn column_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
         .max("partition".len())
 }
 
+/// `1 date`, `3 dates`.
+fn dates(n: usize) -> String {
+    if n == 1 {
+        "1 date".into()
+    } else {
+        format!("{n} dates")
+    }
+}
+
 pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
@@ -304,10 +313,14 @@ impl BackfillProgress {
                 }
                 return;
             }
-            Event::Abandoned { failed, .. } => {
+            Event::Abandoned {
+                failed, not_run, ..
+            } => {
                 let line = format!(
-                    "{failed} dates failed: nothing of the range was committed; the table is \
-                     as it was"
+                    "{} failed and {} not run: nothing of the range was committed; the table \
+                     is as it was",
+                    dates(*failed),
+                    not_run
                 );
                 match &self.bar {
                     Some(bar) => bar.println(line),
@@ -351,6 +364,9 @@ pub struct BackfillSummary {
     pub elapsed_ms: u64,
     /// Ctrl-C stopped the backfill before every date started.
     pub interrupted: bool,
+    /// `--atomic` and the range was not committed: the dates that ran without error,
+    /// whose partitions were discarded (they count as neither succeeded nor written).
+    pub abandoned: usize,
 }
 
 impl BackfillSummary {
@@ -382,7 +398,19 @@ impl BackfillSummary {
             rows: reports.iter().map(|r| r.rows).sum(),
             elapsed_ms: elapsed.as_millis() as u64,
             interrupted: false,
+            abandoned: 0,
         }
+    }
+
+    /// The range was not committed: nothing the dates computed was published.
+    pub fn abandon(&mut self) {
+        self.abandoned = self.succeeded;
+        self.succeeded = 0;
+        self.written = 0;
+        self.unchanged = 0;
+        self.emptied = 0;
+        self.fresh = 0;
+        self.rows = 0;
     }
 
     pub fn print(&self, job: &str) {
@@ -392,9 +420,13 @@ impl BackfillSummary {
                 self.not_run
             );
         }
+        let abandoned = match self.abandoned {
+            0 => String::new(),
+            n => format!(", {n} abandoned (computed, not committed)"),
+        };
         println!(
-            "backfill {job}: {} dates, {} succeeded, {} failed, {} skipped, {} not run; partitions: \
-             {} written, {} unchanged, {} emptied, {} fresh; {} rows in {:.2} s",
+            "backfill {job}: {} dates, {} succeeded, {} failed, {} skipped, {} not run{abandoned}; \
+             partitions: {} written, {} unchanged, {} emptied, {} fresh; {} rows in {:.2} s",
             self.dates,
             self.succeeded,
             self.failed,

@@ -64,8 +64,13 @@ pub enum Event {
     /// version after it.
     Committed { version: Option<i64>, ms: u64 },
     /// `--atomic`: a date failed (or the range was interrupted), so nothing of the
-    /// range was committed; the table is as it was.
-    Abandoned { failed: usize, ms: u64 },
+    /// range was committed; the table is as it was. `failed` dates ended in an error,
+    /// `not_run` never started, and the partitions of the other dates were discarded.
+    Abandoned {
+        failed: usize,
+        not_run: usize,
+        ms: u64,
+    },
 }
 
 pub struct Outcome {
@@ -90,6 +95,29 @@ pub async fn backfill(
             .unwrap_or_default();
         format!("backfill-{}-{nanos}", std::process::id())
     });
+    // The range's staged files wait for its one commit under the batch's own run lock,
+    // so no other run's dead-run cleaner takes them for a dead run's.
+    let mut held = None;
+    if let Some(batch) = &batch {
+        let (job2, batch2) = (job.clone(), batch.clone());
+        match crate::blocking(move || hold_batch(&job2, &batch2)).await {
+            Ok(h) => held = Some(h),
+            Err(e) => {
+                on_event(Event::Failed {
+                    logical_date: "(commit)".into(),
+                    error: e.to_string(),
+                    partition: e.partition().map(str::to_string),
+                    bad_input: e.is_bad_input(),
+                    exit_code: e.exit_code(),
+                    ms: started.elapsed().as_millis() as u64,
+                });
+                return vec![Outcome {
+                    date: "(commit)".into(),
+                    result: Err(e),
+                }];
+            }
+        }
+    }
     let tasks = opts.dates.iter().cloned().map(|date| {
         let job = job.clone();
         let run_opts = RunOptions {
@@ -151,14 +179,29 @@ pub async fn backfill(
         .collect()
         .await;
     if let Some(batch) = batch {
-        let failed = outcomes.iter().filter(|o| o.result.is_err()).count()
-            + (opts.dates.len() - outcomes.len());
+        let failed = outcomes.iter().filter(|o| o.result.is_err()).count();
+        let not_run = opts.dates.len() - outcomes.len();
+        let all_ok = failed == 0 && not_run == 0;
         let (job2, batch2) = (job.clone(), batch.clone());
-        let committed = crate::blocking(move || commit_batch(&job2, &batch2, failed == 0)).await;
+        let committed = crate::blocking(move || {
+            let committed = commit_batch(&job2, &batch2, all_ok);
+            if let Some((table, guard)) = held {
+                if let Err(e) = table.cleanup_run(&batch2) {
+                    tracing::warn!(error = %e, "could not remove the range's staging directory");
+                }
+                drop(guard);
+            }
+            committed
+        })
+        .await;
         let ms = started.elapsed().as_millis() as u64;
         match committed {
             Ok(Some(version)) => on_event(Event::Committed { version, ms }),
-            Ok(None) => on_event(Event::Abandoned { failed, ms }),
+            Ok(None) => on_event(Event::Abandoned {
+                failed,
+                not_run,
+                ms,
+            }),
             Err(e) => {
                 on_event(Event::Failed {
                     logical_date: "(commit)".into(),
@@ -176,6 +219,27 @@ pub async fn backfill(
         }
     }
     outcomes
+}
+
+/// The table of an `--atomic` backfill, prepared, and the batch's run lock.
+fn hold_batch(
+    job: &Job,
+    batch: &str,
+) -> Result<
+    (
+        Arc<dyn idem_io::commit::CommitBackend>,
+        idem_io::commit::RunGuard,
+    ),
+    Error,
+> {
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
+    };
+    let table = crate::table::open(job)?;
+    table.prepare().map_err(storage)?;
+    let guard = table.lock_run(batch).map_err(storage)?;
+    Ok((table, guard))
 }
 
 /// Commits an `--atomic` backfill's pending partitions in one commit when `all_ok`,

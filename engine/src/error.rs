@@ -115,6 +115,25 @@ pub enum Error {
         details: String,
     },
 
+    #[error(
+        "job file {path}: no input for {window}: {}, so the run would empty {}.\n\
+         Nothing was published; the live partitions are unchanged. If the input is gone \
+         for good, run again with --allow-missing-input (or set allow_missing_input = true \
+         in the job file).",
+        missing_sources(sources),
+        emptied_partitions(partitions)
+    )]
+    MissingInput {
+        path: PathBuf,
+        /// The run's window, as its logical date names it.
+        window: String,
+        /// The sources the transform reads that have no file for the window: name, path.
+        sources: Vec<(String, String)>,
+        /// The partitions holding rows the run would empty, with their rows (`None`
+        /// where the partition's files are not idem's).
+        partitions: Vec<(String, Option<u64>)>,
+    },
+
     #[error("target {target}: partition {partition}: {source}")]
     Write {
         target: PathBuf,
@@ -132,6 +151,42 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn missing_sources(sources: &[(String, String)]) -> String {
+    let each: Vec<String> = sources
+        .iter()
+        .map(|(name, path)| format!("source `{name}` ({path})"))
+        .collect();
+    let verb = if sources.len() == 1 { "has" } else { "have" };
+    format!("{} {verb} no file for this window", each.join(" and "))
+}
+
+fn emptied_partitions(partitions: &[(String, Option<u64>)]) -> String {
+    let rows = |r: &Option<u64>| match r {
+        Some(1) => "1 row".to_string(),
+        Some(n) => format!("{n} rows"),
+        None => "files idem did not write".to_string(),
+    };
+    match partitions {
+        [(p, r)] => format!("partition {p}, which holds {}", rows(r)),
+        _ => {
+            let shown: Vec<String> = partitions
+                .iter()
+                .take(5)
+                .map(|(p, r)| format!("{p} ({})", rows(r)))
+                .collect();
+            let more = match partitions.len().saturating_sub(shown.len()) {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            format!(
+                "{} partitions that hold rows: {}{more}",
+                partitions.len(),
+                shown.join(", ")
+            )
+        }
+    }
+}
 
 /// The exit codes of `idem`: a stable contract that retry policies (Kubernetes'
 /// `podFailurePolicy`, Airflow and Dagster retries) key on. [`RETRY`](exit::RETRY) means
@@ -350,6 +405,7 @@ impl Error {
     /// The partition the error is about, when it names one.
     pub fn partition(&self) -> Option<&str> {
         match self {
+            Error::MissingInput { partitions, .. } => partitions.first().map(|(p, _)| p.as_str()),
             Error::Partition { partition, .. }
             | Error::CheckFailed { partition, .. }
             | Error::Write { partition, .. }
@@ -383,8 +439,10 @@ impl Error {
                 | Error::Output { .. }
                 | Error::Partition { .. }
                 | Error::Target { .. }
+                | Error::MissingInput { .. }
                 | Error::Storage {
-                    source: idem_io::Error::OtherHost { .. },
+                    source: idem_io::Error::OtherHost { .. }
+                        | idem_io::Error::DeltaUnsupported { .. },
                     ..
                 }
         ) || matches!(self, Error::Execution { source, .. } if plan_fault(source.as_ref()))

@@ -26,6 +26,9 @@ pub struct PlanEntry {
     pub target: String,
     pub upstream: Vec<String>,
     pub downstream: Vec<String>,
+    /// Whether a date whose sources have no file for its window may empty partitions
+    /// that hold rows (`allow_missing_input`); by default such a run is refused.
+    pub allow_missing_input: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -142,6 +145,7 @@ impl Project {
                     .filter(|(_, ups)| ups.contains(&j.name))
                     .map(|(d, _)| d.clone())
                     .collect(),
+                allow_missing_input: j.allow_missing_input,
             })
             .collect()
     }

@@ -877,9 +877,8 @@ fn collect_inputs(plan: &Arc<dyn ExecutionPlan>, job: &Job, out: &mut Vec<InputF
                 let source = job
                     .sources
                     .iter()
-                    .filter(|s| path.starts_with(s.path.trim_end_matches(|c| c != '/')))
+                    .find(|s| holds(s, &path))
                     .map(|s| s.name.clone())
-                    .next()
                     .unwrap_or_default();
                 out.push(InputFile {
                     source,
@@ -895,6 +894,42 @@ fn collect_inputs(plan: &Arc<dyn ExecutionPlan>, job: &Job, out: &mut Vec<InputF
     for child in plan.children() {
         collect_inputs(child, job, out);
     }
+}
+
+/// Whether the file at `path` (as [`url_of`] names it) belongs to the source `s`: it
+/// is the source's file, lies under its directory, or matches its glob.
+fn holds(s: &Source, path: &str) -> bool {
+    if s.path.contains(['*', '?', '[']) {
+        return glob::Pattern::new(&s.path).is_ok_and(|p| p.matches(path));
+    }
+    let dir = s.path.trim_end_matches('/');
+    path == dir
+        || path
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The job's sources the transform reads, subqueries included: those a table scan of
+/// the logical plan names (directly, or through the view that deduplicates them).
+pub fn sources_scanned<'a>(
+    job: &'a Job,
+    plan: &datafusion::logical_expr::LogicalPlan,
+) -> Vec<&'a Source> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    use datafusion::logical_expr::LogicalPlan;
+    let mut scanned = std::collections::BTreeSet::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            scanned.insert(scan.table_name.table().to_string());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    job.sources
+        .iter()
+        .filter(|s| {
+            scanned.contains(&s.name) || scanned.contains(&format!("__idem_raw_{}", s.name))
+        })
+        .collect()
 }
 
 /// A file's path as the job names it: `/abs/path` on the local filesystem, else the

@@ -174,6 +174,7 @@ class Summary:
     rows: int
     elapsed_ms: int
     interrupted: bool
+    abandoned: int = 0
 
 
 @dataclass(frozen=True)
@@ -186,10 +187,12 @@ class Committed:
 
 @dataclass(frozen=True)
 class Abandoned:
-    """`atomic=True`: a date failed, so nothing of the range was committed."""
+    """`atomic=True`: a date failed (or did not run), so nothing of the range was
+    committed."""
 
     failed: int
     ms: int = 0
+    not_run: int = 0
 
 
 Event = Started | Done | Failed | Skipped | Summary | Committed | Abandoned
@@ -227,7 +230,9 @@ def _event(d: Mapping[str, Any], command: Sequence[str]) -> Event | None:
     if kind == "committed":
         return Committed(d.get("version"), int(d.get("ms", 0)))
     if kind == "abandoned":
-        return Abandoned(int(d.get("failed", 0)), int(d.get("ms", 0)))
+        return Abandoned(
+            int(d.get("failed", 0)), int(d.get("ms", 0)), int(d.get("not_run", 0))
+        )
     return None
 
 

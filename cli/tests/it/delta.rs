@@ -257,12 +257,20 @@ fn empty_days_commit_nothing_and_backfills_rerun_without_commits(backend: Backen
     assert_eq!(t.data_files_and_log("daily"), before, "{backend:?}");
     assert_eq!(version(&t, "daily"), v);
 
-    // A day emptied at the source: its commit removes the day's files, adds none.
+    // A day emptied at the source, and said to be gone for good: its commit removes
+    // the day's files, adds none.
     let raw = t
         .lake
         .join("testdata/lake/raw/orders/created_date=2026-06-05");
     std::fs::remove_dir_all(&raw).unwrap();
-    let emptied = t.ok(&["run", &t.daily_job, "--date", "2026-06-05", "--json"]);
+    let emptied = t.ok(&[
+        "run",
+        &t.daily_job,
+        "--date",
+        "2026-06-05",
+        "--allow-missing-input",
+        "--json",
+    ]);
     assert_eq!(
         actions(&emptied),
         vec![("dt=2026-06-05".into(), "emptied".into())]
@@ -669,6 +677,14 @@ fn an_atomic_backfill_is_one_commit_or_none(backend: Backend) {
         .collect();
     assert_eq!(committed.len(), 1, "{events:?}");
     assert_eq!(committed[0]["version"], 0);
+    // Each date's partitions wait for the range's commit, and say so.
+    let modes: BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "done")
+        .flat_map(|e| e["report"]["partitions"].as_array().unwrap())
+        .map(|p| p["publish"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, BTreeSet::from(["pending"]), "{events:?}");
     assert_eq!(
         commits(&t, "daily").len(),
         1,
@@ -691,15 +707,35 @@ fn an_atomic_backfill_is_one_commit_or_none(backend: Backend) {
     for f in std::fs::read_dir(&bad).unwrap() {
         std::fs::write(f.unwrap().path(), b"not parquet").unwrap();
     }
+    let files = t.data_files_and_log("daily");
     let out = backfill();
     assert!(!out.status.success());
     let events = json_lines(&out);
-    assert!(
-        events.iter().any(|e| e["event"] == "abandoned"),
-        "{events:?}"
+    let abandoned: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "abandoned")
+        .collect();
+    assert_eq!(abandoned.len(), 1, "{events:?}");
+    assert_eq!(
+        (&abandoned[0]["failed"], &abandoned[0]["not_run"]),
+        (&1.into(), &0.into())
     );
+    // The summary agrees: one date failed, three ran and were discarded, nothing was
+    // written.
+    let summary = events.iter().find(|e| e["event"] == "summary").unwrap();
+    for (field, n) in [
+        ("failed", 1),
+        ("not_run", 0),
+        ("abandoned", 3),
+        ("succeeded", 0),
+        ("written", 0),
+    ] {
+        assert_eq!(summary[field], n, "{field}: {summary}");
+    }
     assert_eq!(commits(&t, "daily").len(), 1, "{backend:?}");
     assert_eq!(delta_rows(&t, "daily", None), a_rows, "{backend:?}");
+    // No file of the discarded dates entered the table.
+    assert_eq!(t.data_files_and_log("daily"), files, "{backend:?}");
 }
 
 #[test]
@@ -1219,4 +1255,181 @@ fn a_run_killed_mid_upload_commits_nothing_s3() {
     assert_eq!(stored, live);
     assert_eq!(done[0]["rows"], crate::s3::LARGE_DAY_ROWS, "{done:?}");
     assert!(t.keys("lake/_idem/daily/uploads/").is_empty());
+}
+
+/// `idem vacuum --retain-hours 0` while a run, or an `--atomic` range, is about to
+/// commit: vacuum must not delete a file the commit adds (it used to, and every
+/// reader then failed on the missing file). The writer is paused with files on their
+/// way in (a run just before its commit; a range after publishing its first date),
+/// vacuum is given time to do its worst, then the writer finishes.
+fn vacuum_never_deletes_what_a_commit_is_about_to_add(backend: Backend) {
+    let t = Table::delta(backend, "delta-vacuum-race");
+    t.ok(&["run", &t.daily_job, "--date", "2026-06-01"]);
+    t.switch_to_b(None);
+    let days = ["2026-06-01", "2026-06-02", "2026-06-03"];
+    let target = t.target("daily");
+    let writers: [(&str, Vec<&str>); 2] = [
+        (
+            "before_commit",
+            vec!["run", &t.daily_job, "--date", days[0]],
+        ),
+        (
+            "after_publish_one",
+            vec![
+                "backfill",
+                &t.daily_job,
+                "--from",
+                days[0],
+                "--to",
+                days[2],
+                "--atomic",
+                "--concurrency",
+                "1",
+                "--oldest-first",
+            ],
+        ),
+    ];
+    for (point, args) in writers {
+        let context = format!("{backend:?}, paused at {point}");
+        let hooks = tempfile::tempdir().unwrap();
+        let spawn = |args: &[&str], failpoints: Option<String>| {
+            let mut cmd = Command::new(bin());
+            cmd.args(args)
+                .current_dir(t.lake.path())
+                .envs(t.backend.env())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            if let Some(f) = failpoints {
+                cmd.env("IDEM_FAILPOINTS", f);
+            }
+            cmd.spawn().unwrap()
+        };
+        let mut writer = spawn(
+            &args,
+            Some(format!("{point}=pause:{}", hooks.path().display())),
+        );
+        let paused = hooks.path().join(format!("{point}.paused"));
+        let started = std::time::Instant::now();
+        while !paused.exists() {
+            assert!(
+                writer.try_wait().unwrap().is_none(),
+                "{context}: the writer ended before the point"
+            );
+            assert!(started.elapsed().as_secs() < 120, "{context}: stuck");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut vacuum = spawn(&["vacuum", &target, "--retain-hours", "0", "--json"], None);
+        let given = std::time::Instant::now();
+        while given.elapsed().as_secs() < 5 && vacuum.try_wait().unwrap().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        std::fs::write(hooks.path().join(format!("{point}.resume")), b"").unwrap();
+        let written = writer.wait_with_output().unwrap();
+        assert!(
+            written.status.success(),
+            "{context}: {}",
+            String::from_utf8_lossy(&written.stderr)
+        );
+        let vacuumed = vacuum.wait_with_output().unwrap();
+        assert!(
+            vacuumed.status.success(),
+            "{context}: {}",
+            String::from_utf8_lossy(&vacuumed.stderr)
+        );
+        // Every file the latest version adds is there: the readers see the new rows.
+        let until = if point == "before_commit" { 1 } else { 3 };
+        assert_eq!(
+            delta_rows(&t, "daily", None),
+            oracle(&t, Some(&days[..until])),
+            "{context}"
+        );
+    }
+}
+
+#[test]
+fn vacuum_during_a_commit_local() {
+    vacuum_never_deletes_what_a_commit_is_about_to_add(Backend::Local);
+}
+
+#[test]
+fn vacuum_during_a_commit_s3() {
+    vacuum_never_deletes_what_a_commit_is_about_to_add(Backend::S3);
+}
+
+/// Another writer appends rows with a column idem's job does not select (a schema
+/// merge). idem's next commit used to write its own schema into the table's metadata,
+/// and the column's values vanished for every reader. Now the run is refused with the
+/// column named, and with `on_schema_change = "allow"` the commit keeps the column
+/// (NULL in idem's rows).
+#[test]
+fn a_column_another_writer_added_is_kept_or_refused_never_dropped() {
+    let t = Table::delta(Backend::Local, "delta-foreign-column");
+    t.ok(&[
+        "backfill",
+        &t.daily_job,
+        "--from",
+        "2026-06-01",
+        "--to",
+        "2026-06-04",
+    ]);
+    let dir = t.target("daily");
+    foreign_write(
+        &dir,
+        &[
+            "append",
+            "select (900 + range)::bigint as order_id, 1::bigint as customer_id, \
+             9.99::decimal(12, 2) as amount_usd, 'paid' as status, 'vip' as note, \
+             date '2026-06-05' as dt from range(3)",
+            "dt",
+        ],
+    );
+    let before = (delta_rows(&t, "daily", None), t.data_files_and_log("daily"));
+    let notes = |rows: &Value| -> Vec<Value> {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["dt"] == "2026-06-05")
+            .map(|r| r["note"].clone())
+            .collect()
+    };
+    assert_eq!(notes(&before.0), vec![Value::from("vip"); 3]);
+    // The day's raw data is restated: its run would replace the partition.
+    t.switch_to_b(Some("2026-06-04"));
+    let out = t.idem(&["run", &t.daily_job, "--date", "2026-06-04"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("lacks column `note` of the Delta table") && err.contains("on_schema_change"),
+        "{err}"
+    );
+    assert_eq!(
+        (delta_rows(&t, "daily", None), t.data_files_and_log("daily")),
+        before
+    );
+
+    let text = std::fs::read_to_string(t.lake.join(&t.daily_job)).unwrap();
+    let allow = t
+        .lake
+        .job("daily_allow", &(text + "on_schema_change = \"allow\"\n"));
+    t.ok(&["run", &allow, "--date", "2026-06-04"]);
+    let after = delta_rows(&t, "daily", None);
+    assert_eq!(notes(&after), vec![Value::from("vip"); 3], "{after}");
+    let restated: Vec<&Value> = after
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["dt"] == "2026-06-04")
+        .collect();
+    assert!(!restated.is_empty());
+    assert!(restated.iter().all(|r| r["note"].is_null()), "{after}");
+    let expected = oracle(&t, Some(&["2026-06-04"]));
+    let without_note: Vec<Value> = restated
+        .iter()
+        .map(|r| {
+            let mut r = (*r).clone();
+            r.as_object_mut().unwrap().remove("note");
+            r
+        })
+        .collect();
+    assert_eq!(Value::Array(without_note), expected);
 }

@@ -426,3 +426,67 @@ partition_by = ["dt"]
         "exceeds the representable i64 range",
     );
 }
+
+#[test]
+fn numbers_too_large_for_their_setting_are_refused_not_wrapped() {
+    let lake = Lake::new();
+    let delta = job(
+        &lake,
+        "numbers",
+        "order_id, amount_usd",
+        "format = \"delta\"",
+    );
+    let run = ["run", delta.as_str(), "--date", "2026-06-01"];
+    let table = lake.join("out/numbers");
+    // A lease timeout past what a duration holds: refused before anything starts, never
+    // a panic, and no table is created.
+    for value in ["99999999999999999999", "31536001", "ten minutes"] {
+        ends(
+            &lake,
+            &run,
+            &[("IDEM_LEASE_TIMEOUT", value)],
+            2,
+            "IDEM_LEASE_TIMEOUT=",
+        );
+        assert!(!table.exists(), "{value}: a refused run created the table");
+    }
+    ends(&lake, &run, &[("IDEM_LEASE_TIMEOUT", "120")], 0, "");
+    assert!(table.join("_delta_log").is_dir());
+    // A second version of the day removes the first one's file.
+    std::fs::write(
+        lake.join(&delta),
+        std::fs::read_to_string(lake.join(&delta)).unwrap().replace(
+            "order_id, amount_usd",
+            "order_id + 1 as order_id, amount_usd",
+        ),
+    )
+    .unwrap();
+    lake.idem_ok(&["run", &delta, "--date", "2026-06-01"]);
+    let removed = |hours: &str| -> Vec<String> {
+        let out = lake.idem_ok(&[
+            "vacuum",
+            "out/numbers",
+            "--retain-hours",
+            hours,
+            "--dry-run",
+            "--json",
+        ]);
+        serde_json::from_value(out[0]["files"].clone()).unwrap()
+    };
+    assert_eq!(removed("0").len(), 1);
+    // A century keeps it (it used to wrap around to about an hour in a release build);
+    // past that, the flag is refused.
+    assert_eq!(removed("876000"), Vec::<String>::new());
+    ends(
+        &lake,
+        &[
+            "vacuum",
+            "out/numbers",
+            "--retain-hours",
+            "5124095576030432",
+        ],
+        &[],
+        2,
+        "--retain-hours",
+    );
+}

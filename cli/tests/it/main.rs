@@ -21,4 +21,5 @@ mod regressions;
 mod run;
 mod s3;
 mod schedules;
+mod vanished;
 mod workers;

@@ -110,10 +110,18 @@ fn changing_one_source_day_rewrites_only_that_partition() {
 fn owned_day_without_rows_becomes_empty_partition() {
     let lake = Lake::new();
     lake.idem_ok(&["run", FCT, "--date", "2026-06-02", "--json"]);
-    // The source loses that day (a late delete, a fixed bug upstream): the partition
-    // must not keep stale rows.
+    // The source loses that day (a late delete, a fixed bug upstream), and the user
+    // says it is gone for good: the partition must not keep stale rows. (Without the
+    // flag the run is refused: vanished.rs.)
     std::fs::remove_dir_all(lake.join("testdata/lake/raw/orders/created_date=2026-06-02")).unwrap();
-    let report = lake.idem_ok(&["run", FCT, "--date", "2026-06-02", "--json"]);
+    let report = lake.idem_ok(&[
+        "run",
+        FCT,
+        "--date",
+        "2026-06-02",
+        "--allow-missing-input",
+        "--json",
+    ]);
     assert_eq!(
         actions(&report),
         vec![("dt=2026-06-02".to_string(), "emptied".to_string())]

@@ -13,6 +13,11 @@ pub(super) struct JobFile {
     pub(super) name: String,
     #[serde(default)]
     pub(super) allow_nondeterministic: bool,
+    /// A run whose sources have no file for its window may empty partitions that hold
+    /// rows. It says what to do when input is missing, not what the output is, so it is
+    /// not part of the fingerprint.
+    #[serde(default, skip_serializing)]
+    pub(super) allow_missing_input: bool,
     /// A run for D also owns the `lookback` grain units before D (late rows).
     #[serde(default)]
     pub(super) lookback: u32,

@@ -37,6 +37,9 @@ pub struct Job {
     pub path: PathBuf,
     pub name: String,
     pub allow_nondeterministic: bool,
+    /// A run may empty partitions holding rows although a source it reads has no file
+    /// for its window (`allow_missing_input`, or `--allow-missing-input`).
+    pub allow_missing_input: bool,
     pub lookback: u32,
     pub sources: Vec<Source>,
     pub sql: String,
@@ -366,6 +369,7 @@ impl Job {
             path: path.to_path_buf(),
             name: file.name,
             allow_nondeterministic: file.allow_nondeterministic,
+            allow_missing_input: file.allow_missing_input,
             lookback: file.lookback,
             sources,
             sql,

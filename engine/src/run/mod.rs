@@ -195,6 +195,12 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
     let exec_err = |e| Error::execution(&job.path, "", e);
 
     observer.phase("planning");
+    // The sources the transform reads: one with no file for the window must not empty
+    // a partition that holds rows without the user's say (`allow_missing_input`).
+    let scanned: Vec<(String, String)> = crate::session::sources_scanned(&job, df.logical_plan())
+        .into_iter()
+        .map(|s| (s.name.clone(), s.path.clone()))
+        .collect();
     let (table, run_id, run_guard) = begin_run(&job).await?;
     // What keeps this run live and its merge serialized: handed to the publish step
     // and back, so they are held until its last rename even if this future is dropped.
@@ -280,6 +286,12 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             sources: job.source_scopes(),
             inputs,
         };
+        let missing_input: Vec<(String, String)> = scanned
+            .into_iter()
+            .filter(|(name, _)| {
+                !job.allow_missing_input && !run_info.inputs.iter().any(|f| &f.source == name)
+            })
+            .collect();
         let schema_desc = describe_schema(&output, &job.target.partition_by);
         let inputs = run_info.inputs.len();
         if idem_io::profile::enabled() {
@@ -394,6 +406,8 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
                 &Publishing {
                     rewrite,
                     commit_with,
+                    missing_input,
+                    window: window.label(),
                 },
             );
             (published, guards)

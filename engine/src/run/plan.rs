@@ -243,6 +243,9 @@ pub(super) fn check_schema_change(job: &Job, output: &SchemaRef) -> Result<()> {
     if job.target.on_schema_change == OnSchemaChange::Allow {
         return Ok(());
     }
+    if job.target.format == idem_io::table::Format::Delta {
+        check_delta_columns(job, output)?;
+    }
     let Ok(table) = crate::table::open(job) else {
         return Ok(());
     };
@@ -300,6 +303,44 @@ pub(super) fn check_schema_change(job: &Job, output: &SchemaRef) -> Result<()> {
             "the output's schema differs from the table's ({}):\n{table_text}\
              Fix the SQL, or set on_schema_change = \"allow\" in [target] to write the new schema \
              (partitions this run does not replace keep the old one until rewritten)",
+            job.target.path.display()
+        ),
+    })
+}
+
+/// A Delta table's columns are all in the output: another writer may have added one
+/// (a schema merge), and a commit of the output alone would leave its values to no
+/// reader. With `on_schema_change = "allow"` the commit keeps such a column instead.
+fn check_delta_columns(job: &Job, output: &SchemaRef) -> Result<()> {
+    let path = job.target.path.to_string_lossy();
+    let Ok(Some(scan)) = idem_io::table::delta_scan(&path, &job.storage) else {
+        return Ok(());
+    };
+    let lacking: Vec<String> = scan
+        .data_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .chain(scan.partition_types.iter().map(|(c, _)| c.clone()))
+        .filter(|c| output.field_with_name(c).is_err())
+        .map(|c| format!("`{c}`"))
+        .collect();
+    if lacking.is_empty() {
+        return Ok(());
+    }
+    let (them, it) = if lacking.len() == 1 {
+        ("column", "it")
+    } else {
+        ("columns", "them")
+    };
+    Err(Error::Output {
+        path: job.path.clone(),
+        message: format!(
+            "lacks {them} {} of the Delta table {} (another writer added {it}): a commit \
+             of the output would leave {it} to no reader. Select {it} in the SQL, or set \
+             on_schema_change = \"allow\" in [target] to keep {it}, NULL in the rows idem \
+             writes",
+            lacking.join(", "),
             job.target.path.display()
         ),
     })

@@ -23,6 +23,11 @@ pub(super) struct Publishing {
     pub rewrite: bool,
     /// Leave the partitions in this pending commit of the table, not committed.
     pub commit_with: Option<String>,
+    /// The sources the transform reads that have no file for the window (name, path):
+    /// when there are any, a partition holding rows is not emptied.
+    pub missing_input: Vec<(String, String)>,
+    /// The run's window, as its logical date names it.
+    pub window: String,
 }
 
 /// Publishes checked partitions: each is compared with the live one by digest and
@@ -70,9 +75,23 @@ pub(super) fn publish_all(
     }
     // Decide per partition before publishing any, so a bad state aborts cleanly.
     let mut decisions = Vec::with_capacity(checked.len());
+    let mut would_empty = Vec::new();
     for part in checked {
         let written = part.partition();
         let live = table.live_state(written.partition()).map_err(storage)?;
+        if !how.missing_input.is_empty() && written.manifest().rows == 0 {
+            let held = match &live {
+                Some(LiveState::Foreign { files }) if !files.is_empty() => Some(None),
+                Some(state) => state
+                    .manifest()
+                    .filter(|m| m.rows > 0)
+                    .map(|m| Some(m.rows)),
+                None => None,
+            };
+            if let Some(rows) = held {
+                would_empty.push((written.partition().to_string(), rows));
+            }
+        }
         let unchanged = !how.rewrite
             && matches!(
                 &live,
@@ -106,6 +125,14 @@ pub(super) fn publish_all(
         // files) is published again: that finishes the apply and removes the rest.
         let unclean = matches!(live, Some(LiveState::Unclean { .. }));
         decisions.push((part, unchanged, restated, unclean));
+    }
+    if !would_empty.is_empty() {
+        return Err(Error::MissingInput {
+            path: job.path.clone(),
+            window: how.window.clone(),
+            sources: how.missing_input.clone(),
+            partitions: would_empty,
+        });
     }
 
     observer.phase("publishing");
@@ -158,7 +185,11 @@ pub(super) fn publish_all(
             } else {
                 Action::Written
             };
-            (action, Some(published.mode))
+            let mode = match &how.commit_with {
+                Some(_) => PublishMode::Pending,
+                None => published.mode,
+            };
+            (action, Some(mode))
         };
         reports.push(PartitionReport {
             partition: name,

@@ -94,6 +94,9 @@ pub enum PublishMode {
     Committed,
     /// Object store: another writer committed the same content first; nothing changed.
     AlreadyLive,
+    /// Delta, `backfill --atomic`: the partition joins the range's one commit, made
+    /// after the last date (or, when a date fails, never).
+    Pending,
 }
 
 #[derive(Debug)]

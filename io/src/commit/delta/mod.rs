@@ -11,16 +11,19 @@
 //! ```
 //!
 //! A run stages each partition exactly as for a Hive table (the same writer, the
-//! manifest in every footer). Publishing a partition moves its files into the table
-//! (a rename on disk, an upload on an object store) under names no commit has used,
-//! where no Delta reader looks until a commit adds them, and records its `remove`
-//! actions (every live file of the partition a merge did not keep) and `add` actions
-//! (partition values, size, and statistics from the footers). When the run has
-//! published all its partitions, [`CommitBackend::finish_publish`] writes them as one
-//! commit: an overwrite whose predicate is the partitions' `replaceWhere`, with idem's
-//! job, logical date, run id and digests in its `commitInfo`. That commit is the
-//! atomic point; a crash before it leaves every partition as it was (the moved files
-//! are orphans `idem vacuum` removes).
+//! manifest in every footer). Publishing a partition records its `remove` actions
+//! (every live file of the partition a merge did not keep) and `add` actions
+//! (partition values, size, and statistics from the footers); its files stay staged.
+//! When the run has published all its partitions, [`CommitBackend::finish_publish`]
+//! moves their files into the table (a rename on disk, an upload on an object store)
+//! under names no commit has used, where no Delta reader looks until a commit adds
+//! them, and writes them as one commit: an overwrite whose predicate is the partitions'
+//! `replaceWhere`, with idem's job, logical date, run id and digests in its
+//! `commitInfo`. That commit is the atomic point; a crash before it leaves every
+//! partition as it was (the moved files are orphans `idem vacuum` removes). The move
+//! and the commit happen under the table's publish fence, which `idem vacuum` takes
+//! too, so vacuum never deletes a file a commit is about to add. A `backfill --atomic`
+//! keeps every date's staged files, under its own run lock, until its one commit.
 //!
 //! The live state is the latest snapshot: a partition's files are its `add` actions,
 //! and its manifest is the newest generation among their footers, which must list
@@ -117,7 +120,10 @@ impl std::fmt::Debug for DeltaLake {
 struct PendingPartition {
     partition: PartitionPath,
     manifest: Manifest,
-    /// The files it adds (moved into the table already).
+    /// Where the files it adds wait, outside the table, until its commit moves them in
+    /// (under the publish fence, which `idem vacuum` takes too).
+    staged: PathBuf,
+    /// The files it adds, by their path in the table.
     adds: Vec<Add>,
     /// Live files a merge kept as they are.
     kept: Vec<String>,
@@ -494,6 +500,9 @@ impl DeltaLake {
                     .into(),
             });
         }
+        // Under the publish fence: every file an idem commit adds is moved in under it,
+        // just before that commit, so none is waiting in the table uncommitted now.
+        let _fence = self.inner().lock_publish()?;
         let mut table = DeltaTable::new(self.log_store.clone());
         crate::store::block(table.load()).map_err(self.delta_err("reading the log"))?;
         let mut builder = table
@@ -674,8 +683,8 @@ impl DeltaLake {
     /// Moves the staged file `name` of `part` into the table at `rel`, durably, under a
     /// name no file has: a rename that refuses to replace on disk, an upload that
     /// refuses to overwrite on an object store.
-    fn move_in(&self, part: &WrittenPartition, name: &str, rel: &str) -> Result<u64> {
-        let from = part.dir.join(name);
+    fn move_in(&self, p: &PendingPartition, id: &str, name: &str, rel: &str) -> Result<u64> {
+        let from = p.staged.join(name);
         match &self.place {
             Place::Local(t) => {
                 let to = t.root().join(rel);
@@ -688,7 +697,7 @@ impl DeltaLake {
                     |e| {
                         if e == rustix::io::Errno::EXIST {
                             Error::Conflict {
-                                partition: part.partition.to_string(),
+                                partition: p.partition.to_string(),
                             }
                         } else {
                             Error::io("rename", &to)(e.into())
@@ -699,9 +708,36 @@ impl DeltaLake {
             }
             Place::Object(t) => {
                 let key = crate::store::raw_key(format!("{}/{rel}", t.root_key()));
-                crate::store::block(t.upload(&from, &key, &part.manifest.run.run_id))
+                crate::store::block(t.upload(&from, &key, id))
             }
         }
+    }
+
+    /// Moves the files of pending partitions into the table, just before their commit
+    /// and under the publish fence: no file of idem's waits in the table uncommitted
+    /// while the fence is free, so `idem vacuum` (which takes it) never deletes one a
+    /// commit is about to add. `id` is the run or batch that commits them.
+    fn move_in_all(&self, id: &str, parts: &[PendingPartition]) -> Result<()> {
+        if parts.iter().any(|p| !p.adds.is_empty()) && self.live()?.is_none() {
+            crate::store::block(
+                self.store
+                    .put(&ObjectPath::from(CREATING), Default::default()),
+            )
+            .map_err(|e| self.store_err("create", CREATING, e))?;
+        }
+        let mut moved = Vec::new();
+        for p in parts {
+            for a in &p.adds {
+                let name = a.path.rsplit('/').next().unwrap_or(&a.path);
+                self.move_in(p, id, name, &a.path)?;
+                moved.push(a.path.clone());
+            }
+        }
+        self.sync_dirs(&moved)?;
+        for p in parts {
+            let _ = crate::durable::remove_dir_all(&p.staged);
+        }
+        Ok(())
     }
 
     /// Makes the files moved into partition directories durable (their directories'
@@ -782,16 +818,7 @@ impl DeltaLake {
     }
 
     /// Commits the run's pending partitions as one Delta commit; returns the version.
-    fn commit(&self, run_id: &str, parts: Vec<PendingPartition>) -> Result<Option<i64>> {
-        // Several runs of one commit may have computed one partition (a lookback):
-        // the one published last wins, as it would have committed last.
-        let mut parts: Vec<PendingPartition> = {
-            let mut last: BTreeMap<PartitionPath, PendingPartition> = BTreeMap::new();
-            for p in parts {
-                last.insert(p.partition.clone(), p);
-            }
-            last.into_values().collect()
-        };
+    fn commit(&self, run_id: &str, mut parts: Vec<PendingPartition>) -> Result<Option<i64>> {
         for attempt in 0..REPLANS {
             let live = self.live()?;
             // Planned on the snapshot read now. The first time, the run decided what to
@@ -903,6 +930,7 @@ impl DeltaLake {
                             },
                         });
                     }
+                    let kernel = self.keeping_foreign_columns(&l.state, kernel)?;
                     if l.state.schema().as_ref() != &kernel {
                         let metadata = l
                             .state
@@ -966,6 +994,49 @@ impl DeltaLake {
                 .map(|p| p.partition.to_string())
                 .unwrap_or_default(),
         })
+    }
+}
+
+impl DeltaLake {
+    /// The schema a commit of rows of `output`'s schema leaves the table with: the
+    /// output's columns, and every column of the table the output lacks (another
+    /// writer's, say), which Delta readers read as NULL in the files idem adds. A
+    /// column is never dropped from the table; one that cannot be NULL is refused.
+    fn keeping_foreign_columns(
+        &self,
+        state: &DeltaTableState,
+        output: StructType,
+    ) -> Result<StructType> {
+        let live = state.schema();
+        let missing: Vec<_> = live
+            .fields()
+            .filter(|f| output.field(f.name()).is_none())
+            .collect();
+        if missing.is_empty() {
+            return Ok(output);
+        }
+        if let Some(f) = missing.iter().find(|f| !f.is_nullable()) {
+            return Err(Error::DeltaUnsupported {
+                table: self.location(),
+                message: format!(
+                    "the table has column `{}` (NOT NULL), which the output lacks; idem \
+                     cannot add rows without it: select it in the SQL",
+                    f.name()
+                ),
+            });
+        }
+        // The table's columns in its order (the output's definition where both have
+        // one), then the output's new ones.
+        let fields = live
+            .fields()
+            .map(|f| output.field(f.name()).unwrap_or(f).clone())
+            .chain(
+                output
+                    .fields()
+                    .filter(|f| live.field(f.name()).is_none())
+                    .cloned(),
+            );
+        StructType::try_new(fields).map_err(self.delta_err("the table's schema"))
     }
 }
 
@@ -1220,16 +1291,8 @@ impl CommitBackend for DeltaLake {
             .iter()
             .map(|(c, v)| (c.clone(), v.clone()))
             .collect();
-        if live.is_none() && written.manifest.rows > 0 {
-            crate::store::block(
-                self.store
-                    .put(&ObjectPath::from(CREATING), Default::default()),
-            )
-            .map_err(|e| self.store_err("create", CREATING, e))?;
-        }
         let mut adds = Vec::new();
         let mut kept = Vec::new();
-        let mut moved = Vec::new();
         // An emptied partition adds nothing: its commit only removes.
         if written.manifest.rows > 0 {
             for f in &written.manifest.files {
@@ -1237,9 +1300,12 @@ impl CommitBackend for DeltaLake {
                     kept.push(f.name.clone());
                     continue;
                 }
-                let stats = stats::of_file(&written.dir.join(&f.name), &data)?;
+                let from = written.dir.join(&f.name);
+                let stats = stats::of_file(&from, &data)?;
+                let size = std::fs::metadata(&from)
+                    .map_err(Error::io("stat", &from))?
+                    .len();
                 let path = rel(&f.name);
-                let size = self.move_in(&written, &f.name, &path)?;
                 adds.push(Add {
                     // Decoded: deltalake-core encodes it as the log records it.
                     path: path.clone(),
@@ -1254,14 +1320,12 @@ impl CommitBackend for DeltaLake {
                     default_row_commit_version: None,
                     clustering_provider: None,
                 });
-                moved.push(path);
             }
         }
-        self.sync_dirs(&moved)?;
-        let _ = crate::durable::remove_dir_all(&written.dir);
         let path = PathBuf::from(self.file_location(&written.partition, ""));
         if adds.is_empty() && kept.is_empty() && live_files.is_empty() {
             // Nothing was there and nothing is: no commit.
+            let _ = crate::durable::remove_dir_all(&written.dir);
             return Ok(Published {
                 partition: written.partition,
                 path,
@@ -1274,6 +1338,7 @@ impl CommitBackend for DeltaLake {
             .push(PendingPartition {
                 partition: written.partition.clone(),
                 manifest: written.manifest,
+                staged: written.dir.clone(),
                 adds,
                 kept,
                 schema,
@@ -1291,13 +1356,37 @@ impl CommitBackend for DeltaLake {
         if parts.is_empty() {
             return self.version();
         }
+        // Several runs of one commit may have computed one partition (a lookback):
+        // the one published last wins, as it would have committed last.
+        let parts: Vec<PendingPartition> = {
+            let mut last: BTreeMap<PartitionPath, PendingPartition> = BTreeMap::new();
+            for p in parts {
+                last.insert(p.partition.clone(), p);
+            }
+            last.into_values().collect()
+        };
+        self.move_in_all(run_id, &parts)?;
         self.commit(run_id, parts)
     }
 
+    /// The run's partitions join the batch's commit; their files wait in the batch's
+    /// staging (which the batch's own run lock keeps from the dead-run cleaner) once
+    /// the run's staging is gone.
     fn defer_publish(&self, run_id: &str, batch: &str) -> Result<()> {
-        let mut pending = pending();
-        let parts = pending.remove(&self.key(run_id)).unwrap_or_default();
-        pending.entry(self.key(batch)).or_default().extend(parts);
+        let parts = pending().remove(&self.key(run_id)).unwrap_or_default();
+        let mut moved = Vec::with_capacity(parts.len());
+        for mut p in parts {
+            let to = self
+                .inner()
+                .staging_dir(&format!("{batch}/{run_id}"), &p.partition);
+            if let Some(parent) = to.parent() {
+                crate::durable::create_dir_all(parent)?;
+            }
+            std::fs::rename(&p.staged, &to).map_err(Error::io("rename", &to))?;
+            p.staged = to;
+            moved.push(p);
+        }
+        pending().entry(self.key(batch)).or_default().extend(moved);
         Ok(())
     }
 
@@ -1335,6 +1424,7 @@ mod tests {
                 "inputs": []
             }))
             .unwrap(),
+            staged: PathBuf::new(),
             adds: vec![],
             kept: vec![],
             schema: Arc::new(Schema::empty()),

@@ -23,18 +23,45 @@ const DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 /// The shortest `IDEM_LEASE_TIMEOUT` honoured: six heartbeats.
 const MIN_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The longest `IDEM_LEASE_TIMEOUT` accepted: a year. A dead run's staging would wait
+/// that long for `gc`; longer is a typo.
+const MAX_DEAD_AFTER: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
+/// The environment variable that sets [`dead_after`].
+pub const LEASE_TIMEOUT_ENV: &str = "IDEM_LEASE_TIMEOUT";
+
+/// `$IDEM_LEASE_TIMEOUT` as a duration (`None` when unset), raised to `MIN_DEAD_AFTER`;
+/// an error saying what is wrong with any other value than whole seconds up to a year.
+pub fn lease_timeout_from_env() -> std::result::Result<Option<std::time::Duration>, String> {
+    let Ok(text) = std::env::var(LEASE_TIMEOUT_ENV) else {
+        return Ok(None);
+    };
+    let secs: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{LEASE_TIMEOUT_ENV}={text:?} is not a whole number of seconds"))?;
+    let after = std::time::Duration::from_secs(secs);
+    if after > MAX_DEAD_AFTER {
+        return Err(format!(
+            "{LEASE_TIMEOUT_ENV}={secs} is more than a year ({} seconds)",
+            MAX_DEAD_AFTER.as_secs()
+        ));
+    }
+    Ok(Some(after.max(MIN_DEAD_AFTER)))
+}
+
 /// How long a lease must go unrefreshed before its run counts as dead:
 /// `$IDEM_LEASE_TIMEOUT` seconds, else `DEAD_AFTER`; never less than `MIN_DEAD_AFTER`,
 /// so a live run is not judged dead for one slow refresh (a heartbeat's request may
-/// itself take tens of seconds against a throttling store).
+/// itself take tens of seconds against a throttling store). A value the CLI would
+/// refuse counts as unset here.
 pub(super) fn dead_after() -> std::time::Duration {
     static AFTER: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
     *AFTER.get_or_init(|| {
-        std::env::var("IDEM_LEASE_TIMEOUT")
+        lease_timeout_from_env()
             .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map_or(DEAD_AFTER, std::time::Duration::from_secs)
-            .max(MIN_DEAD_AFTER)
+            .flatten()
+            .unwrap_or(DEAD_AFTER)
     })
 }
 
@@ -172,7 +199,8 @@ pub(super) fn lease_dead(
     if same_namespace && process_gone(lease.pid, lease.start) {
         return true;
     }
-    store_now - modified >= chrono::Duration::from_std(dead_after()).expect("fits")
+    store_now - modified
+        >= chrono::Duration::from_std(dead_after()).unwrap_or(chrono::Duration::MAX)
 }
 
 /// Whether the process `pid` that started at `start` (0: unknown) is gone: no process

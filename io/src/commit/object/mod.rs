@@ -43,6 +43,7 @@ mod recover;
 mod tests;
 mod upload;
 
+pub use lease::{LEASE_TIMEOUT_ENV, lease_timeout_from_env};
 pub use marker::{Marker, MarkerFile};
 pub use probe::{Probe, probe_conditional_writes};
 
