@@ -3,7 +3,7 @@
 #
 #   testdata/adversary.sh schedules N [SEED]   N random schedules of concurrent writers
 #   testdata/adversary.sh s3-schedules N [SEED]   the same on S3 (moto)
-#   testdata/adversary.sh faults               the fault search alone (as in CI)
+#   testdata/adversary.sh faults               the fault search alone, on moto at every call
 #   testdata/adversary.sh kills N              N random SIGKILLs per backend
 #   testdata/adversary.sh answers W [SEED] [Q] [M]
 #                                              W generated worlds of Q queries and M merges
@@ -24,6 +24,7 @@ case "$what" in
     exec cargo test --workspace --test it schedules::random_schedules_on_an_object_store -- --nocapture
     ;;
   faults)
+    export IDEM_FAULTS_S3_STRIDE=1
     exec cargo test --workspace --test it faults:: -- --nocapture --test-threads=1
     ;;
   kills)

@@ -132,7 +132,9 @@ fn serve(program: &Path, args: &str, name: &str, data: Option<&Path>) -> u16 {
         .spawn()
         .unwrap();
     std::thread::spawn(move || watchdog.wait());
-    for _ in 0..300 {
+    // Up to two minutes: several servers may start at once on two cores, each
+    // importing its Python packages from source (PYTHONDONTWRITEBYTECODE).
+    for _ in 0..1200 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return port;
         }

@@ -7,6 +7,13 @@
 //! or new and whole (as `idem status` and a plain lister see it), and the next clean
 //! run leaves the table equal to a run that saw no fault, with nothing left in staging
 //! after `gc`.
+//!
+//! On moto every call is a request to a Python server, and the search takes minutes:
+//! `IDEM_FAULTS_S3_STRIDE=K` (CI sets 3) injects at one call in K, from the offset
+//! `IDEM_FAULTS_S3_OFFSET` (default: the day number modulo K, so consecutive days of CI
+//! cover every call). The in-memory store runs the same commit code over the same
+//! store interface at every call; `testdata/adversary.sh faults` runs moto at every
+//! call too.
 
 use std::sync::Mutex;
 
@@ -104,8 +111,52 @@ struct Count {
     writes: u64,
 }
 
-/// Runs the search for `scenario` on `backend` in `mode`; returns what it injected.
-fn search(backend: Backend, scenario: Scenario, mode: Mode) -> Count {
+/// Which calls a search injects at: call `offset + 1`, then every `stride`-th after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sample {
+    stride: u64,
+    offset: u64,
+}
+
+impl Sample {
+    const EVERY: Sample = Sample {
+        stride: 1,
+        offset: 0,
+    };
+
+    /// The sample of `backend`'s search, from the environment (see the module's doc).
+    fn of(backend: Backend) -> Sample {
+        if !matches!(backend, Backend::Moto) {
+            return Sample::EVERY;
+        }
+        let var = |name: &str| {
+            std::env::var(name).ok().map(|v| {
+                v.parse::<u64>()
+                    .unwrap_or_else(|_| panic!("{name}={v}: a number"))
+            })
+        };
+        let stride = var("IDEM_FAULTS_S3_STRIDE").unwrap_or(1).max(1);
+        let day = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() / 86_400);
+        let offset = var("IDEM_FAULTS_S3_OFFSET").unwrap_or(day) % stride;
+        Sample { stride, offset }
+    }
+
+    fn text(self) -> String {
+        match self {
+            Sample::EVERY => String::new(),
+            Sample { stride, offset } => format!(
+                " (one call in {stride}, from call {}: IDEM_FAULTS_S3_OFFSET={offset})",
+                offset + 1
+            ),
+        }
+    }
+}
+
+/// Runs the search for `scenario` on `backend` in `mode`, at the calls `sample` picks;
+/// returns what it injected.
+fn search(backend: Backend, scenario: Scenario, mode: Mode, sample: Sample) -> Count {
     let sources = Sources::new();
     // The undisturbed operation: the state before and after it, and its calls.
     let reference = World::new(backend, "ref", &sources);
@@ -155,7 +206,7 @@ fn search(backend: Backend, scenario: Scenario, mode: Mode) -> Count {
         writes,
         ..Default::default()
     };
-    for n in 1.. {
+    for n in (1 + sample.offset..).step_by(sample.stride as usize) {
         let w = World::new(backend, "f", &sources);
         prepare(&w);
         let scopes = w.scopes();
@@ -208,7 +259,7 @@ fn old_or_new(w: &World, old: &Digests, new: &Digests, context: &str) {
     }
 }
 
-fn report(backend: Backend, scenario: Scenario, counts: &[(Mode, Count)]) {
+fn report(backend: Backend, scenario: Scenario, counts: &[(Mode, Count)], sample: Sample) {
     let line = counts
         .iter()
         .map(|(m, c)| format!("{m}: {}", c.injected))
@@ -216,9 +267,10 @@ fn report(backend: Backend, scenario: Scenario, counts: &[(Mode, Count)]) {
         .join(", ");
     let (calls, writes) = counts.first().map_or((0, 0), |(_, c)| (c.calls, c.writes));
     let text = format!(
-        "faults | {} | {} | {calls} calls, {writes} writes | {line}\n",
+        "faults | {} | {} | {calls} calls, {writes} writes | {line}{}\n",
         backend.name(),
-        scenario.name()
+        scenario.name(),
+        sample.text()
     );
     eprint!("{text}");
     // Collected for CI's summary.
@@ -258,13 +310,14 @@ fn every_scenario(test: &str, backend: Backend, modes: &[Mode]) {
             .iter()
             .find(|m| m.to_string() == mode)
             .expect("a mode of this backend");
-        let count = search(backend, scenario, mode);
+        let count = search(backend, scenario, mode, Sample::of(backend));
         println!(
             "fault-count {} {} {}",
             count.calls, count.writes, count.injected
         );
         return;
     }
+    let sample = Sample::of(backend);
     let queue: Mutex<std::collections::VecDeque<(usize, Mode)>> = Mutex::new(
         (0..SCENARIOS.len())
             .flat_map(|i| modes.iter().map(move |&m| (i, m)))
@@ -281,6 +334,7 @@ fn every_scenario(test: &str, backend: Backend, modes: &[Mode]) {
                     child
                         .args(["--exact", test, "--nocapture", "--test-threads=1"])
                         .env(CASE_VAR, format!("{i}:{mode}"))
+                        .env("IDEM_FAULTS_S3_OFFSET", sample.offset.to_string())
                         .env_remove("IDEM_FAULTS");
                     if let Backend::Moto = backend {
                         let endpoint = idem_testdata::servers::private_s3_endpoint();
@@ -321,7 +375,7 @@ fn every_scenario(test: &str, backend: Backend, modes: &[Mode]) {
                 (mode, count)
             })
             .collect();
-        report(backend, scenario, &counts);
+        report(backend, scenario, &counts, sample);
     }
 }
 
