@@ -223,6 +223,19 @@ pub mod exit {
 /// computation that fails on these values, a corrupt or truncated file) before any
 /// failure of I/O, of the store, of a task or of memory, which a retry may not meet.
 /// An unknown cause is not the data's.
+/// Whether the chain from `e` holds a listing's empty `.parquet` file: bad input, as a
+/// file whose footer does not read is (the error names it).
+pub(crate) fn empty_parquet(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<idem_io::local_reads::EmptyParquet>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
 pub(crate) fn data_fault(e: &(dyn std::error::Error + 'static)) -> bool {
     use arrow::error::ArrowError as A;
     use datafusion::error::DataFusionError as D;
@@ -311,6 +324,9 @@ pub(crate) fn plan_fault(e: &(dyn std::error::Error + 'static)) -> bool {
 /// Whether the error chain from `e` holds a failure of I/O or of the store (not a
 /// corrupt file): reading a source failed in a way a retry may not meet.
 pub(crate) fn unreachable_cause(e: &(dyn std::error::Error + 'static)) -> bool {
+    if empty_parquet(e) {
+        return false;
+    }
     let mut next = Some(e);
     while let Some(e) = next {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
@@ -445,7 +461,11 @@ impl Error {
                         | idem_io::Error::DeltaUnsupported { .. },
                     ..
                 }
-        ) || matches!(self, Error::Execution { source, .. } if plan_fault(source.as_ref()))
+        ) || matches!(
+            self,
+            Error::Execution { source, .. }
+                if plan_fault(source.as_ref()) || empty_parquet(source.as_ref())
+        )
     }
 }
 

@@ -949,9 +949,16 @@ fn url_of(store: &str, location: &object_store::path::Path) -> String {
 /// whose footer reads is decoded whole, to find the one that fails.
 pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], e: &Error) -> Option<Error> {
     let data_fault = e.is_data_error();
+    // A page that would not decode, a footer the Arrow schema would not read from, or
+    // a decoder that panicked on what it read.
+    let text = e.to_string();
     let undecodable = e
         .find_source::<arrow::error::ArrowError>()
-        .is_some_and(|a| matches!(a, arrow::error::ArrowError::ParquetError(_)));
+        .is_some_and(|a| matches!(a, arrow::error::ArrowError::ParquetError(_)))
+        || e.find_source::<parquet::errors::ParquetError>().is_some()
+        || text.contains("Parquet error")
+        || text.contains("Out of range of file")
+        || text.contains("panicked");
     for input in inputs {
         let Some(source) = job.sources.iter().find(|s| s.name == input.source) else {
             continue;
@@ -1012,13 +1019,85 @@ pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], e: &Error) -> Option<Err
 /// Reads every row of a Parquet file, batch by batch, to find a page that cannot be
 /// decoded.
 fn decode_whole(file: std::fs::File) -> std::result::Result<(), String> {
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-        .and_then(|builder| builder.build())
-        .map_err(|e| e.to_string())?;
-    for batch in reader {
-        batch.map_err(|e| e.to_string())?;
+    quietly(move || {
+        let metadata = arrow_metadata(&file)?;
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::new_with_metadata(
+                file, metadata,
+            )
+            .build()
+            .map_err(|e| e.to_string())?;
+        for batch in reader {
+            batch.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })
+}
+
+/// A Parquet file's footer as DataFusion reads it: with its page index, and the Arrow
+/// schema stored in it decoded.
+fn arrow_metadata(
+    file: &std::fs::File,
+) -> std::result::Result<parquet::arrow::arrow_reader::ArrowReaderMetadata, String> {
+    let options = parquet::arrow::arrow_reader::ArrowReaderOptions::new()
+        .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);
+    parquet::arrow::arrow_reader::ArrowReaderMetadata::load(file, options)
+        .map_err(|e| e.to_string())
+}
+
+/// `f`'s result, or its panic as an error: the Parquet decoder panics on some damaged
+/// files (a footer length past the file's start, a bit width out of range).
+fn quietly(f: impl FnOnce() -> std::result::Result<(), String>) -> std::result::Result<(), String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(format!("the Parquet decoder failed on it ({what})"))
+    })
+}
+
+/// After planning panicked (the Parquet decoder does on some damaged footers while
+/// DataFusion reads statistics), the first local Parquet file of the job's sources
+/// whose footer does not read, as a bad-input error naming it.
+pub fn diagnose_footers(job: &Job) -> Option<Error> {
+    for source in job.sources.iter().filter(|s| s.format == Format::Parquet) {
+        if idem_io::store::is_url(&source.path) {
+            continue;
+        }
+        let mut files = Vec::new();
+        let mut dirs = vec![std::path::PathBuf::from(&source.path)];
+        while let Some(dir) = dirs.pop() {
+            if dir.is_file() {
+                files.push(dir);
+                continue;
+            }
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "parquet") {
+                    files.push(path);
+                }
+            }
+        }
+        files.sort();
+        for path in files {
+            let Ok(file) = std::fs::File::open(&path) else {
+                continue;
+            };
+            let read = quietly(move || arrow_metadata(&file).map(|_| ()));
+            if let Err(problem) = read {
+                return Some(Error::Source {
+                    path: job.path.clone(),
+                    source_name: source.name.clone(),
+                    message: format!("file {} cannot be read: {problem}", path.display()),
+                });
+            }
+        }
     }
-    Ok(())
+    None
 }
 
 #[cfg(test)]

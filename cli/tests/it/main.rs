@@ -8,6 +8,7 @@ mod cluster;
 mod common;
 mod concurrent;
 mod conformance;
+mod corrupt;
 mod crash;
 mod delta;
 mod deploy;

@@ -263,9 +263,23 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             (df, None)
         };
         let kept = Arc::new(kept);
-        let plan = match physical_plan(&job, df).await {
-            Ok(plan) => plan,
-            Err(e) => return Err(explain(&job, &ctx, exec_err(e)).await),
+        let planned =
+            futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(physical_plan(&job, df)))
+                .await;
+        let plan = match planned {
+            Ok(Ok(plan)) => plan,
+            Ok(Err(e)) => return Err(explain(&job, &ctx, exec_err(e)).await),
+            // DataFusion reads the inputs' footers while planning, and the Parquet
+            // decoder panics on some damaged ones: the file is named if one is found.
+            Err(_) => {
+                let job2 = job.clone();
+                let named = crate::blocking(move || crate::session::diagnose_footers(&job2)).await;
+                return Err(named.unwrap_or_else(|| {
+                    exec_err(datafusion::error::DataFusionError::Execution(
+                        "planning panicked while reading the inputs".into(),
+                    ))
+                }));
+            }
         };
         let root = table.location();
         let inputs: Vec<InputFile> = match merge_inputs {
