@@ -5,6 +5,7 @@
 #   testdata/adversary.sh s3-schedules N [SEED]   the same on S3 (moto)
 #   testdata/adversary.sh faults               the fault search alone, on moto at every call
 #   testdata/adversary.sh kills N              N random SIGKILLs per backend
+#   testdata/adversary.sh corrupt N [SEED]     N random damages to a raw file (CI: 40)
 #   testdata/adversary.sh answers W [SEED] [Q] [M]
 #                                              W generated worlds of Q queries and M merges
 #                                              each, through idem and DuckDB
@@ -31,13 +32,17 @@ case "$what" in
     export IDEM_CONFORMANCE_KILLS="${2:-100}"
     exec cargo test --workspace --test it sigkill_at_random_moments -- --nocapture
     ;;
+  corrupt)
+    export IDEM_CORRUPT_CASES="${2:-2000}" IDEM_CORRUPT_SEED="${3:-1}"
+    exec cargo test --workspace --test it corrupt::generated -- --nocapture
+    ;;
   answers)
     export IDEM_ANSWERS_WORLDS="${2:-100}" IDEM_ANSWERS_SEED="${3:-1}"
     export IDEM_ANSWERS_QUERIES="${4:-24}" IDEM_ANSWERS_MERGES="${5:-2}"
     exec cargo test --workspace --test it answers::generated_queries_give -- --nocapture
     ;;
   *)
-    sed -n '2,13p' "$0" >&2
+    sed -n '2,14p' "$0" >&2
     exit 2
     ;;
 esac
