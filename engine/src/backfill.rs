@@ -73,6 +73,20 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The `failed` event of `logical_date` for the error `e`.
+    fn failed(logical_date: String, e: &Error, ms: u64) -> Event {
+        Event::Failed {
+            logical_date,
+            error: e.to_string(),
+            partition: e.partition().map(str::to_string),
+            bad_input: e.is_bad_input(),
+            exit_code: e.exit_code(),
+            ms,
+        }
+    }
+}
+
 pub struct Outcome {
     pub date: String,
     pub result: Result<RunReport, Error>,
@@ -103,14 +117,11 @@ pub async fn backfill(
         match crate::blocking(move || hold_batch(&job2, &batch2)).await {
             Ok(h) => held = Some(h),
             Err(e) => {
-                on_event(Event::Failed {
-                    logical_date: "(commit)".into(),
-                    error: e.to_string(),
-                    partition: e.partition().map(str::to_string),
-                    bad_input: e.is_bad_input(),
-                    exit_code: e.exit_code(),
-                    ms: started.elapsed().as_millis() as u64,
-                });
+                on_event(Event::failed(
+                    "(commit)".into(),
+                    &e,
+                    started.elapsed().as_millis() as u64,
+                ));
                 return vec![Outcome {
                     date: "(commit)".into(),
                     result: Err(e),
@@ -160,14 +171,7 @@ pub async fn backfill(
                     if fail_fast {
                         stop.store(true, SeqCst);
                     }
-                    on_event(Event::Failed {
-                        logical_date: date.clone(),
-                        error: e.to_string(),
-                        partition: e.partition().map(str::to_string),
-                        bad_input: e.is_bad_input(),
-                        exit_code: e.exit_code(),
-                        ms,
-                    })
+                    on_event(Event::failed(date.clone(), e, ms))
                 }
             }
             Some(Outcome { date, result })
@@ -178,19 +182,17 @@ pub async fn backfill(
         .filter_map(|o| async move { o })
         .collect()
         .await;
-    if let Some(batch) = batch {
+    if let (Some(batch), Some((table, guard))) = (batch, held) {
         let failed = outcomes.iter().filter(|o| o.result.is_err()).count();
         let not_run = opts.dates.len() - outcomes.len();
         let all_ok = failed == 0 && not_run == 0;
         let (job2, batch2) = (job.clone(), batch.clone());
         let committed = crate::blocking(move || {
-            let committed = commit_batch(&job2, &batch2, all_ok);
-            if let Some((table, guard)) = held {
-                if let Err(e) = table.cleanup_run(&batch2) {
-                    tracing::warn!(error = %e, "could not remove the range's staging directory");
-                }
-                drop(guard);
+            let committed = commit_batch(&job2, table.as_ref(), &batch2, all_ok);
+            if let Err(e) = table.cleanup_run(&batch2) {
+                tracing::warn!(error = %e, "could not remove the range's staging directory");
             }
+            drop(guard);
             committed
         })
         .await;
@@ -203,14 +205,7 @@ pub async fn backfill(
                 ms,
             }),
             Err(e) => {
-                on_event(Event::Failed {
-                    logical_date: "(commit)".into(),
-                    error: e.to_string(),
-                    partition: e.partition().map(str::to_string),
-                    bad_input: e.is_bad_input(),
-                    exit_code: e.exit_code(),
-                    ms,
-                });
+                on_event(Event::failed("(commit)".into(), &e, ms));
                 outcomes.push(Outcome {
                     date: "(commit)".into(),
                     result: Err(e),
@@ -244,8 +239,12 @@ fn hold_batch(
 
 /// Commits an `--atomic` backfill's pending partitions in one commit when `all_ok`,
 /// else forgets them; `Ok(None)` when forgotten.
-fn commit_batch(job: &Job, batch: &str, all_ok: bool) -> Result<Option<Option<i64>>, Error> {
-    let table = crate::table::open(job)?;
+fn commit_batch(
+    job: &Job,
+    table: &dyn idem_io::commit::CommitBackend,
+    batch: &str,
+    all_ok: bool,
+) -> Result<Option<Option<i64>>, Error> {
     if !all_ok {
         table.drop_pending(batch);
         return Ok(None);
