@@ -3,7 +3,7 @@
 #
 #   testdata/adversary.sh schedules N [SEED]   N random schedules of concurrent writers
 #   testdata/adversary.sh s3-schedules N [SEED]   the same on S3 (moto)
-#   testdata/adversary.sh faults               the fault search alone, on moto at every call
+#   testdata/adversary.sh faults               the fault search alone, at every call (moto, Delta)
 #   testdata/adversary.sh kills N              N random SIGKILLs per backend
 #   testdata/adversary.sh corrupt N [SEED]     N random damages to a raw file (CI: 40)
 #   testdata/adversary.sh answers W [SEED] [Q] [M]
@@ -25,7 +25,7 @@ case "$what" in
     exec cargo test --workspace --test it schedules::random_schedules_on_an_object_store -- --nocapture
     ;;
   faults)
-    export IDEM_FAULTS_S3_STRIDE=1
+    export IDEM_FAULTS_S3_STRIDE=1 IDEM_FAULTS_DELTA_STRIDE=1
     exec cargo test --workspace --test it faults:: -- --nocapture --test-threads=1
     ;;
   kills)

@@ -1,19 +1,24 @@
 //! Exhaustive single-fault injection. For each scenario (a replace of one partition,
-//! of three, a merge that keeps files, a three-date backfill, `gc` after a dead run)
-//! and each backend, storage call N of the scenario fails — before it takes effect,
-//! or as the point where the process dies — or the N-th call that changes storage
-//! takes effect with its answer lost (object stores), for N = 1, 2, … until the
+//! of three, a merge that keeps files, a three-date backfill, `gc` after a dead run;
+//! on Delta tables also an `--atomic` backfill, and `idem vacuum` after the dead run)
+//! and each backend and format, storage call N of the scenario fails — before it takes
+//! effect, or as the point where the process dies — or the N-th call that changes
+//! storage takes effect with its answer lost (object stores), for N = 1, 2, … until the
 //! scenario runs through without reaching N. After each fault: every partition is old
-//! or new and whole (as `idem status` and a plain lister see it), and the next clean
-//! run leaves the table equal to a run that saw no fault, with nothing left in staging
-//! after `gc`.
+//! or new and whole (as `idem status` and a plain lister see it; on Delta, as its log
+//! says, every file it names readable), and the next clean run leaves the table equal
+//! to a run that saw no fault, with nothing left in staging after `gc` (and on Delta,
+//! after `idem vacuum --retain-hours 0`, no file beside those its log reads).
 //!
 //! On moto every call is a request to a Python server, and the search takes minutes:
-//! `IDEM_FAULTS_S3_STRIDE=K` (CI sets 3) injects at one call in K, from the offset
-//! `IDEM_FAULTS_S3_OFFSET` (default: the day number modulo K, so consecutive days of CI
-//! cover every call). The in-memory store runs the same commit code over the same
-//! store interface at every call; `testdata/adversary.sh faults` runs moto at every
-//! call too.
+//! `IDEM_FAULTS_S3_STRIDE=K` (CI sets 3) injects at one call in K. A Delta run reads
+//! and writes its log on every commit, several hundred calls for a backfill:
+//! `IDEM_FAULTS_DELTA_STRIDE=D` (CI sets 20) injects at one call in D on Delta tables
+//! (one in K×D on moto). The calls are counted from the offset `IDEM_FAULTS_OFFSET`
+//! (default: the day number modulo the stride, so consecutive days of CI cover every
+//! call). The in-memory store runs the same commit code over the same store interface
+//! at every call of a Parquet table; `testdata/adversary.sh faults` runs every call
+//! everywhere.
 
 use std::sync::Mutex;
 
@@ -31,6 +36,8 @@ enum Scenario {
     Merge,
     /// A backfill of three dates, two at once.
     Backfill,
+    /// The same backfill with `--atomic` (Delta): one commit or none.
+    AtomicBackfill,
     /// `idem gc` after a run that died while publishing.
     GcAfterDeadRun,
 }
@@ -42,7 +49,16 @@ impl Scenario {
             Scenario::ReplaceThree => "replace three partitions",
             Scenario::Merge => "merge keeping files",
             Scenario::Backfill => "backfill of three dates",
+            Scenario::AtomicBackfill => "atomic backfill of three dates",
             Scenario::GcAfterDeadRun => "gc after a dead run",
+        }
+    }
+
+    /// Its name on a Delta table when `delta`.
+    fn name_in(self, delta: bool) -> &'static str {
+        match (self, delta) {
+            (Scenario::GcAfterDeadRun, true) => "gc and vacuum after a dead run",
+            _ => self.name(),
         }
     }
 
@@ -54,7 +70,7 @@ impl Scenario {
                 w.run(&w.daily(0), "2026-06-02").unwrap()
             }
             Scenario::ReplaceThree => w.run(&w.daily(2), "2026-06-03").unwrap(),
-            Scenario::Backfill => w
+            Scenario::Backfill | Scenario::AtomicBackfill => w
                 .backfill(&w.daily(0), &["2026-06-01", "2026-06-02", "2026-06-03"])
                 .unwrap(),
             Scenario::Merge => {
@@ -81,11 +97,13 @@ impl Scenario {
         match self {
             Scenario::ReplaceOne => w.run(&w.daily(0), "2026-06-02"),
             Scenario::ReplaceThree => w.run(&w.daily(2), "2026-06-03"),
-            Scenario::Backfill => {
-                w.backfill(&w.daily(0), &["2026-06-01", "2026-06-02", "2026-06-03"])
-            }
+            Scenario::Backfill | Scenario::AtomicBackfill => w.backfill_as(
+                &w.daily(0),
+                &["2026-06-01", "2026-06-02", "2026-06-03"],
+                matches!(self, Scenario::AtomicBackfill),
+            ),
             Scenario::Merge => w.run(&w.merge(), "2026-06-03"),
-            Scenario::GcAfterDeadRun => w.gc(),
+            Scenario::GcAfterDeadRun => w.gc().and_then(|()| w.sweep()),
         }
     }
 
@@ -95,6 +113,7 @@ impl Scenario {
         match self {
             Scenario::GcAfterDeadRun => {
                 w.gc()?;
+                w.sweep()?;
                 w.run(&w.daily(0), "2026-06-02")
             }
             _ => self.operate(w),
@@ -124,22 +143,28 @@ impl Sample {
         offset: 0,
     };
 
-    /// The sample of `backend`'s search, from the environment (see the module's doc).
-    fn of(backend: Backend) -> Sample {
-        if !matches!(backend, Backend::Moto) {
-            return Sample::EVERY;
-        }
+    /// The sample of the search on `backend` (of a Delta table when `delta`), from the
+    /// environment (see the module's doc).
+    fn of(backend: Backend, delta: bool) -> Sample {
         let var = |name: &str| {
             std::env::var(name).ok().map(|v| {
                 v.parse::<u64>()
                     .unwrap_or_else(|_| panic!("{name}={v}: a number"))
             })
         };
-        let stride = var("IDEM_FAULTS_S3_STRIDE").unwrap_or(1).max(1);
+        let stride_of = |name: &str, applies: bool| match applies {
+            true => var(name).unwrap_or(1).max(1),
+            false => 1,
+        };
+        let stride = stride_of("IDEM_FAULTS_S3_STRIDE", backend == Backend::Moto)
+            * stride_of("IDEM_FAULTS_DELTA_STRIDE", delta);
+        if stride == 1 {
+            return Sample::EVERY;
+        }
         let day = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() / 86_400);
-        let offset = var("IDEM_FAULTS_S3_OFFSET").unwrap_or(day) % stride;
+        let offset = var("IDEM_FAULTS_OFFSET").unwrap_or(day) % stride;
         Sample { stride, offset }
     }
 
@@ -147,23 +172,24 @@ impl Sample {
         match self {
             Sample::EVERY => String::new(),
             Sample { stride, offset } => format!(
-                " (one call in {stride}, from call {}: IDEM_FAULTS_S3_OFFSET={offset})",
+                " (one call in {stride}, from call {}: IDEM_FAULTS_OFFSET={offset})",
                 offset + 1
             ),
         }
     }
 }
 
-/// Runs the search for `scenario` on `backend` in `mode`, at the calls `sample` picks;
-/// returns what it injected.
-fn search(backend: Backend, scenario: Scenario, mode: Mode, sample: Sample) -> Count {
+/// Runs the search for `scenario` on `backend` (a Delta table when `delta`) in `mode`,
+/// at the calls `sample` picks; returns what it injected.
+fn search(backend: Backend, delta: bool, scenario: Scenario, mode: Mode, sample: Sample) -> Count {
     let sources = Sources::new();
+    let world = |tag: &str| World::of(backend, delta, tag, &sources);
     // The undisturbed operation: the state before and after it, and its calls.
-    let reference = World::new(backend, "ref", &sources);
+    let reference = world("ref");
     // A run dying at 80% of its calls leaves staged files (and on object stores,
     // usually, a commit whose apply did not finish) for gc to find.
     let dead_at = {
-        let probe = World::new(backend, "probe", &sources);
+        let probe = world("probe");
         Scenario::ReplaceOne.setup(&probe, &sources, 0);
         let scopes = probe.scopes();
         let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
@@ -176,7 +202,7 @@ fn search(backend: Backend, scenario: Scenario, mode: Mode, sample: Sample) -> C
     // run's local staging is part of the state: those worlds are set up each.)
     let template = (backend.is_object_store() && !matches!(scenario, Scenario::GcAfterDeadRun))
         .then(|| {
-            let t = World::new(backend, "tpl", &sources);
+            let t = world("tpl");
             scenario.setup(&t, &sources, dead_at);
             t.snapshot()
         });
@@ -195,6 +221,8 @@ fn search(backend: Backend, scenario: Scenario, mode: Mode, sample: Sample) -> C
     fault::count_in(&scopes);
     scenario.operate(&reference).unwrap();
     let fault::Stats { calls, writes, .. } = fault::disarm();
+    // What the operation leaves (gc after a dead run: what the dead run committed).
+    let operated = reference.digests();
     if let Scenario::GcAfterDeadRun = scenario {
         scenario.recover(&reference).unwrap();
     }
@@ -207,7 +235,7 @@ fn search(backend: Backend, scenario: Scenario, mode: Mode, sample: Sample) -> C
         ..Default::default()
     };
     for n in (1 + sample.offset..).step_by(sample.stride as usize) {
-        let w = World::new(backend, "f", &sources);
+        let w = world("f");
         prepare(&w);
         let scopes = w.scopes();
         let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
@@ -216,13 +244,13 @@ fn search(backend: Backend, scenario: Scenario, mode: Mode, sample: Sample) -> C
         let seen = fault::disarm();
         let context = format!(
             "{} / {}: {mode} at call {n}",
-            backend.name(),
-            scenario.name()
+            label(backend, delta),
+            scenario.name_in(delta)
         );
         if !seen.fired {
             // The operation made fewer calls than n: the search is complete.
             result.unwrap_or_else(|e| panic!("{context}: failed without a fault: {e}"));
-            assert_eq!(w.digests(), new, "{context}");
+            assert_eq!(w.digests(), operated, "{context}");
             break;
         }
         count.injected += 1;
@@ -235,6 +263,16 @@ fn search(backend: Backend, scenario: Scenario, mode: Mode, sample: Sample) -> C
         w.gc()
             .unwrap_or_else(|e| panic!("{context}: gc failed: {e}"));
         assert_eq!(w.staged(), Vec::<String>::new(), "{context}: staging left");
+        if delta {
+            w.sweep()
+                .unwrap_or_else(|e| panic!("{context}: vacuum failed: {e}"));
+            assert_eq!(w.digests(), new, "{context}: vacuum changed the table");
+            assert_eq!(
+                w.unread_files(),
+                Vec::<String>::new(),
+                "{context}: files no version reads left after vacuum"
+            );
+        }
         assert!(n < 10_000, "{context}: the search does not end");
     }
     count
@@ -259,7 +297,15 @@ fn old_or_new(w: &World, old: &Digests, new: &Digests, context: &str) {
     }
 }
 
-fn report(backend: Backend, scenario: Scenario, counts: &[(Mode, Count)], sample: Sample) {
+/// The backend and format, as reports name them.
+fn label(backend: Backend, delta: bool) -> String {
+    match delta {
+        true => format!("{}, Delta", backend.name()),
+        false => backend.name().to_string(),
+    }
+}
+
+fn report(what: &str, scenario: &str, counts: &[(Mode, Count)], sample: Sample) {
     let line = counts
         .iter()
         .map(|(m, c)| format!("{m}: {}", c.injected))
@@ -267,9 +313,7 @@ fn report(backend: Backend, scenario: Scenario, counts: &[(Mode, Count)], sample
         .join(", ");
     let (calls, writes) = counts.first().map_or((0, 0), |(_, c)| (c.calls, c.writes));
     let text = format!(
-        "faults | {} | {} | {calls} calls, {writes} writes | {line}{}\n",
-        backend.name(),
-        scenario.name(),
+        "faults | {what} | {scenario} | {calls} calls, {writes} writes | {line}{}\n",
         sample.text()
     );
     eprint!("{text}");
@@ -294,32 +338,44 @@ const SCENARIOS: [Scenario; 5] = [
     Scenario::GcAfterDeadRun,
 ];
 
+/// On Delta tables, the `--atomic` backfill too.
+const DELTA_SCENARIOS: [Scenario; 6] = [
+    Scenario::AtomicBackfill,
+    Scenario::Backfill,
+    Scenario::ReplaceThree,
+    Scenario::Merge,
+    Scenario::ReplaceOne,
+    Scenario::GcAfterDeadRun,
+];
+
 /// In a child process: the scenario and mode it searches (`<index>:<mode>`).
 const CASE_VAR: &str = "IDEM_FAULTS_CASE";
 
-/// Searches every scenario in each of `modes` on `backend`: one child process per
-/// scenario and mode (fault plans are per process), four at a time, each against a
-/// moto server of its own on S3 (one server answers on one core); then reports each
-/// scenario. `test` is the calling test's name, which each child runs again.
-fn every_scenario(test: &str, backend: Backend, modes: &[Mode]) {
+/// Searches every scenario in each of `modes` on `backend` (Delta tables when `delta`):
+/// one child process per scenario and mode (fault plans are per process), four at a
+/// time, each against a moto server of its own on S3 (one server answers on one core);
+/// then reports each scenario. `test` is the calling test's name, which each child runs
+/// again.
+fn every_scenario(test: &str, backend: Backend, delta: bool, modes: &[Mode]) {
+    let scenarios: &[Scenario] = if delta { &DELTA_SCENARIOS } else { &SCENARIOS };
     if let Some(case) = std::env::var_os(CASE_VAR) {
         let case = case.into_string().expect("a case");
         let (i, mode) = case.split_once(':').expect("<index>:<mode>");
-        let scenario = SCENARIOS[i.parse::<usize>().expect("a scenario")];
+        let scenario = scenarios[i.parse::<usize>().expect("a scenario")];
         let mode = *modes
             .iter()
             .find(|m| m.to_string() == mode)
             .expect("a mode of this backend");
-        let count = search(backend, scenario, mode, Sample::of(backend));
+        let count = search(backend, delta, scenario, mode, Sample::of(backend, delta));
         println!(
             "fault-count {} {} {}",
             count.calls, count.writes, count.injected
         );
         return;
     }
-    let sample = Sample::of(backend);
+    let sample = Sample::of(backend, delta);
     let queue: Mutex<std::collections::VecDeque<(usize, Mode)>> = Mutex::new(
-        (0..SCENARIOS.len())
+        (0..scenarios.len())
             .flat_map(|i| modes.iter().map(move |&m| (i, m)))
             .collect(),
     );
@@ -334,7 +390,7 @@ fn every_scenario(test: &str, backend: Backend, modes: &[Mode]) {
                     child
                         .args(["--exact", test, "--nocapture", "--test-threads=1"])
                         .env(CASE_VAR, format!("{i}:{mode}"))
-                        .env("IDEM_FAULTS_S3_OFFSET", sample.offset.to_string())
+                        .env("IDEM_FAULTS_OFFSET", sample.offset.to_string())
                         .env_remove("IDEM_FAULTS");
                     if let Backend::Moto = backend {
                         let endpoint = idem_testdata::servers::private_s3_endpoint();
@@ -349,12 +405,13 @@ fn every_scenario(test: &str, backend: Backend, modes: &[Mode]) {
         }
     });
     let done = done.into_inner().unwrap();
-    for (i, scenario) in SCENARIOS.into_iter().enumerate() {
+    let what = label(backend, delta);
+    for (i, &scenario) in scenarios.iter().enumerate() {
         let counts: Vec<(Mode, Count)> = modes
             .iter()
             .map(|&mode| {
                 let (_, out) = done.iter().find(|(c, _)| *c == (i, mode)).unwrap();
-                let context = format!("{} / {}: {mode}", backend.name(), scenario.name());
+                let context = format!("{what} / {}: {mode}", scenario.name_in(delta));
                 let stdout = String::from_utf8_lossy(&out.stdout);
                 assert!(
                     out.status.success(),
@@ -375,7 +432,7 @@ fn every_scenario(test: &str, backend: Backend, modes: &[Mode]) {
                 (mode, count)
             })
             .collect();
-        report(backend, scenario, &counts, sample);
+        report(&what, scenario.name_in(delta), &counts, sample);
     }
 }
 
@@ -384,6 +441,7 @@ fn every_single_fault_on_local_disk() {
     every_scenario(
         "faults::every_single_fault_on_local_disk",
         Backend::Local,
+        false,
         &[Mode::Fail, Mode::Crash],
     );
 }
@@ -393,6 +451,7 @@ fn every_single_fault_on_an_in_memory_object_store() {
     every_scenario(
         "faults::every_single_fault_on_an_in_memory_object_store",
         Backend::Memory,
+        false,
         &[Mode::Fail, Mode::Lose, Mode::Crash],
     );
 }
@@ -405,6 +464,39 @@ fn every_single_fault_on_an_s3_server() {
     every_scenario(
         "faults::every_single_fault_on_an_s3_server",
         Backend::Moto,
+        false,
+        &[Mode::Fail, Mode::Lose, Mode::Crash],
+    );
+}
+
+/// Delta tables: every call of a run, merge, backfill (`--atomic` too), gc and vacuum
+/// on them, the Delta log's reads and commits included.
+#[test]
+fn every_single_fault_on_delta_tables_on_local_disk() {
+    every_scenario(
+        "faults::every_single_fault_on_delta_tables_on_local_disk",
+        Backend::Local,
+        true,
+        &[Mode::Fail, Mode::Crash],
+    );
+}
+
+#[test]
+fn every_single_fault_on_delta_tables_on_an_in_memory_object_store() {
+    every_scenario(
+        "faults::every_single_fault_on_delta_tables_on_an_in_memory_object_store",
+        Backend::Memory,
+        true,
+        &[Mode::Fail, Mode::Lose, Mode::Crash],
+    );
+}
+
+#[test]
+fn every_single_fault_on_delta_tables_on_an_s3_server() {
+    every_scenario(
+        "faults::every_single_fault_on_delta_tables_on_an_s3_server",
+        Backend::Moto,
+        true,
         &[Mode::Fail, Mode::Lose, Mode::Crash],
     );
 }

@@ -1,6 +1,7 @@
-//! A world for one table: its source files, its jobs, and where the table lives (a
-//! local directory, an in-memory object store, or a bucket on moto), with a token in
-//! every path and key of it so fault plans can be scoped to it.
+//! A world for one table: its source files, its jobs, where the table lives (a local
+//! directory, an in-memory object store, or a bucket on moto) and its format (Hive
+//! Parquet or Delta), with a token in every path and key of it so fault plans can be
+//! scoped to it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -60,6 +61,8 @@ impl Sources {
 
 pub struct World {
     pub backend: Backend,
+    /// A Delta table (`format = "delta"`), else Hive-partitioned Parquet.
+    pub delta: bool,
     pub dir: tempfile::TempDir,
     /// In every path and key of this world's table.
     pub token: String,
@@ -79,6 +82,11 @@ pub type Digests = BTreeMap<String, String>;
 
 impl World {
     pub fn new(backend: Backend, tag: &str, sources: &Sources) -> World {
+        World::of(backend, false, tag, sources)
+    }
+
+    /// A world whose table is a Delta table when `delta`.
+    pub fn of(backend: Backend, delta: bool, tag: &str, sources: &Sources) -> World {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
         let token = format!(
@@ -106,6 +114,7 @@ impl World {
         };
         let w = World {
             backend,
+            delta,
             dir,
             token,
             target,
@@ -131,7 +140,15 @@ impl World {
     fn job(&self, name: &str, body: &str) -> Job {
         let text = format!("name = \"{name}\"\n{body}\n{}", self.storage)
             .replace("SRC", &self.dir.path().join("src").display().to_string())
-            .replace("TARGET", &self.target);
+            .replace("TARGET", &self.target)
+            .replace(
+                "[target]\n",
+                if self.delta {
+                    "[target]\nformat = \"delta\"\n"
+                } else {
+                    "[target]\n"
+                },
+            );
         let path = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&path, text).unwrap();
         Job::load(&path).unwrap()
@@ -205,6 +222,11 @@ file_size = "1 KiB"
     }
 
     pub fn backfill(&self, job: &Job, dates: &[&str]) -> Result<(), String> {
+        self.backfill_as(job, dates, false)
+    }
+
+    /// A backfill of `dates`, two at once; with `atomic` (Delta), one commit or none.
+    pub fn backfill_as(&self, job: &Job, dates: &[&str], atomic: bool) -> Result<(), String> {
         let opts = idem_engine::backfill::BackfillOptions {
             dates: dates.iter().map(|d| d.to_string()).collect(),
             vars: Vec::new(),
@@ -214,7 +236,7 @@ file_size = "1 KiB"
             cluster: None,
             stop: Default::default(),
             rewrite: false,
-            atomic: false,
+            atomic,
         };
         let outcomes = Self::runtime().block_on(idem_engine::backfill::backfill(
             job,
@@ -236,6 +258,73 @@ file_size = "1 KiB"
         idem_engine::status::gc(Path::new(&self.target))
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+
+    /// `idem vacuum --retain-hours 0` on a Delta table: every file no version reads
+    /// goes now.
+    pub fn vacuum(&self) -> Result<(), String> {
+        idem_engine::status::vacuum(
+            Path::new(&self.target),
+            Some(std::time::Duration::ZERO),
+            false,
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    }
+
+    /// On a Delta table, [`Self::vacuum`]; nothing to do on a Parquet one.
+    pub fn sweep(&self) -> Result<(), String> {
+        match self.delta {
+            true => self.vacuum(),
+            false => Ok(()),
+        }
+    }
+
+    /// The data files of the Delta table that its latest version does not read (a
+    /// lister's view against the log's), relative to the table.
+    pub fn unread_files(&self) -> Vec<String> {
+        let scan = idem_io::table::delta_scan(&self.target, &self.job_storage())
+            .unwrap()
+            .expect("a Delta table");
+        let root = self.target.trim_end_matches('/').to_string() + "/";
+        let read: std::collections::BTreeSet<String> = scan
+            .partitions
+            .into_iter()
+            .flat_map(|(_, urls)| urls)
+            .map(|u| {
+                let u = u.strip_prefix("file://").unwrap_or(&u);
+                u.strip_prefix(&root).unwrap_or(u).to_string()
+            })
+            .collect();
+        let all: Vec<String> = match self.backend {
+            Backend::Local => {
+                let mut files = Vec::new();
+                walk(Path::new(&self.target), &mut files);
+                files
+                    .into_iter()
+                    .map(|f| f.strip_prefix(&root).unwrap_or(&f).to_string())
+                    .collect()
+            }
+            _ => {
+                let (store, prefix) = self.store_root();
+                let table = format!("{prefix}t/");
+                Self::runtime().block_on(async {
+                    use futures::TryStreamExt;
+                    store
+                        .list(Some(&idem_io::store::raw_key(&table)))
+                        .map_ok(|o| {
+                            let k = o.location.to_string();
+                            k.strip_prefix(&table).unwrap_or(&k).to_string()
+                        })
+                        .try_collect()
+                        .await
+                        .unwrap()
+                })
+            }
+        };
+        all.into_iter()
+            .filter(|f| !f.starts_with("_delta_log/") && !read.contains(f))
+            .collect()
     }
 
     /// The table's partitions as `idem status` reports them: (state, digest).
@@ -381,6 +470,16 @@ file_size = "1 KiB"
                 path_style: Some(true),
             },
             _ => Default::default(),
+        }
+    }
+}
+
+fn walk(dir: &Path, files: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            walk(&e.path(), files);
+        } else {
+            files.push(e.path().display().to_string());
         }
     }
 }

@@ -237,7 +237,12 @@ impl DeltaLake {
             url: root.display().to_string(),
             reason: "not an absolute path".into(),
         })?;
-        let fs: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new());
+        // Through the fault layer, as every object store idem builds: the log's reads
+        // and its put-if-absent commits are calls a fault test reaches.
+        let fs: Arc<dyn ObjectStore> = Arc::new(crate::fault::FaultStore::new(
+            Arc::new(object_store::local::LocalFileSystem::new()),
+            None,
+        ));
         let prefix = ObjectPath::from_absolute_path(&root).map_err(|e| Error::Url {
             url: root.display().to_string(),
             reason: e.to_string(),
