@@ -946,8 +946,9 @@ fn url_of(store: &str, location: &object_store::path::Path) -> String {
 /// can name it: DataFusion's decoding errors do not say which file they came from. A
 /// file that cannot be opened is reported only when the failure was not the data's:
 /// it is then the likelier cause. When a page could not be decoded, each Parquet file
-/// whose footer reads is decoded whole, to find the one that fails.
-pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], e: &Error) -> Option<Error> {
+/// whose footer reads is decoded whole, to find the one that fails (an object on an
+/// object store is fetched whole for it).
+pub async fn diagnose_inputs(job: &Job, inputs: &[InputFile], e: &Error) -> Option<Error> {
     let data_fault = e.is_data_error();
     // A page that would not decode, a footer the Arrow schema would not read from, or
     // a decoder that panicked on what it read.
@@ -963,46 +964,31 @@ pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], e: &Error) -> Option<Err
         let Some(source) = job.sources.iter().find(|s| s.name == input.source) else {
             continue;
         };
-        if idem_io::store::is_url(&input.path) {
-            continue; // DataFusion's error names the object
-        }
-        let path = std::path::Path::new(&input.path);
         // A file that cannot be opened (gone, too many open files) is I/O, which a
         // retry may not meet; one whose content cannot be read is the file's fault.
-        let mut file = match std::fs::File::open(path) {
-            Ok(file) => file,
-            Err(_) if data_fault => continue,
-            Err(e) => {
-                return Some(Error::SourceUnreachable {
-                    path: job.path.clone(),
-                    source_name: source.name.clone(),
-                    message: format!("file {} cannot be opened: {e}", input.path),
-                });
+        let problem = if idem_io::store::is_url(&input.path) {
+            match object_bytes(job, &input.path).await {
+                Ok(bytes) => content_problem(source.format, bytes, undecodable),
+                Err(_) if data_fault => continue,
+                Err(e) => {
+                    return Some(Error::SourceUnreachable {
+                        path: job.path.clone(),
+                        source_name: source.name.clone(),
+                        message: format!("object {} cannot be read: {e}", input.path),
+                    });
+                }
             }
-        };
-        let problem = match source.format {
-            Format::Parquet => parquet::file::metadata::ParquetMetaDataReader::new()
-                .parse_and_finish(&file)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-                .and_then(|()| {
-                    if undecodable {
-                        decode_whole(file)
-                    } else {
-                        Ok(())
-                    }
-                })
-                .err(),
-            Format::Csv | Format::Json => {
-                let mut bytes = Vec::new();
-                std::io::Read::read_to_end(&mut file, &mut bytes)
-                    .map_err(|e| e.to_string())
-                    .and_then(|_| {
-                        std::str::from_utf8(&bytes)
-                            .map(|_| ())
-                            .map_err(|e| format!("not UTF-8 text ({e})"))
-                    })
-                    .err()
+        } else {
+            match std::fs::File::open(&input.path) {
+                Ok(file) => content_problem(source.format, file, undecodable),
+                Err(_) if data_fault => continue,
+                Err(e) => {
+                    return Some(Error::SourceUnreachable {
+                        path: job.path.clone(),
+                        source_name: source.name.clone(),
+                        message: format!("file {} cannot be opened: {e}", input.path),
+                    });
+                }
             }
         };
         if let Some(problem) = problem {
@@ -1016,9 +1002,57 @@ pub fn diagnose_inputs(job: &Job, inputs: &[InputFile], e: &Error) -> Option<Err
     None
 }
 
+/// The whole object at `url`, to diagnose it.
+async fn object_bytes(
+    job: &Job,
+    url: &str,
+) -> std::result::Result<impl parquet::file::reader::ChunkReader + 'static, String> {
+    use object_store::ObjectStoreExt;
+    let store =
+        idem_io::store::object_store(url, job.storage_for(url)).map_err(|e| e.to_string())?;
+    let key = idem_io::store::raw_key(idem_io::store::key_of(url));
+    let got = store.get(&key).await.map_err(|e| e.to_string())?;
+    got.bytes().await.map_err(|e| e.to_string())
+}
+
+/// What is wrong with the content of a source's file (on disk, or an object's bytes),
+/// if anything: a footer that does not read, a page that does not decode (looked for
+/// when `undecodable`), text that is not UTF-8.
+fn content_problem<R: parquet::file::reader::ChunkReader + 'static>(
+    format: Format,
+    file: R,
+    undecodable: bool,
+) -> Option<String> {
+    match format {
+        Format::Parquet => parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&file)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                if undecodable {
+                    decode_whole(file)
+                } else {
+                    Ok(())
+                }
+            })
+            .err(),
+        Format::Csv | Format::Json => file
+            .get_bytes(0, file.len() as usize)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                std::str::from_utf8(&bytes)
+                    .map(|_| ())
+                    .map_err(|e| format!("not UTF-8 text ({e})"))
+            })
+            .err(),
+    }
+}
+
 /// Reads every row of a Parquet file, batch by batch, to find a page that cannot be
 /// decoded.
-fn decode_whole(file: std::fs::File) -> std::result::Result<(), String> {
+fn decode_whole<R: parquet::file::reader::ChunkReader + 'static>(
+    file: R,
+) -> std::result::Result<(), String> {
     quietly(move || {
         let metadata = arrow_metadata(&file)?;
         let reader =
@@ -1036,8 +1070,8 @@ fn decode_whole(file: std::fs::File) -> std::result::Result<(), String> {
 
 /// A Parquet file's footer as DataFusion reads it: with its page index, and the Arrow
 /// schema stored in it decoded.
-fn arrow_metadata(
-    file: &std::fs::File,
+fn arrow_metadata<R: parquet::file::reader::ChunkReader>(
+    file: &R,
 ) -> std::result::Result<parquet::arrow::arrow_reader::ArrowReaderMetadata, String> {
     let options = parquet::arrow::arrow_reader::ArrowReaderOptions::new()
         .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);

@@ -197,7 +197,7 @@ def test_a_transform_failing_on_the_data_is_a_data_error(lake: Path):
 def test_a_storage_failure_is_retryable(lake: Path):
     job = daily_job(lake, "flaky")
     with pytest.raises(idem.RunFailed) as e:
-        idem.run(job, "2026-06-02", cwd=lake, env={"IDEM_FAULTS": "fail@2"})
+        idem.run(job, "2026-06-02", cwd=lake, env={"IDEM_FAULTS": "fail@4"})
     assert e.value.exit_code == 1 and e.value.retryable
     assert "injected fault" in e.value.message
     assert not (lake / "out" / "flaky" / "dt=2026-06-02").exists()

@@ -181,3 +181,61 @@ partition_by = []
     assert!(err.contains("b.csv"), "{err}");
     assert!(!lake.join("out/csv").exists());
 }
+
+/// The same damages to an object of a source on an object store (moto): named by its
+/// URL, never exit 1, the table as it was.
+#[test]
+fn a_damaged_object_of_a_source_on_s3_is_named() {
+    let lake = Lake::new();
+    let bucket = crate::s3::bucket("bad");
+    let url = format!("s3://{bucket}/raw/orders/");
+    idem_testdata::servers::create_bucket(s3_endpoint(), &format!("s3://{bucket}/"));
+    let raw = lake.join("testdata/lake/raw/orders");
+    let file = format!("created_date={DAY}/part-0.parquet");
+    let good = std::fs::read(raw.join(&file)).unwrap();
+    let job = lake.job(
+        "remote",
+        &std::fs::read_to_string(lake.join(FCT))
+            .unwrap()
+            .replace("testdata/lake/raw/orders/", &url)
+            .replace("lake/analytics/fct_orders/", "out/remote/"),
+    );
+    let put = |bytes: &[u8]| {
+        std::fs::write(raw.join(&file), bytes).unwrap();
+        readers(&["put", s3_endpoint(), raw.to_str().unwrap(), &url]);
+    };
+    put(&good);
+    let ok = crate::s3::idem_s3(&lake, &["run", &job, "--date", DAY], &[]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let before = snapshot(&lake.join("out/remote"));
+    let fifth = good.len() / 5;
+    let mut overwritten = good.clone();
+    overwritten[fifth..fifth + 256].fill(0xA5);
+    let mut bad_magic = good.clone();
+    let n = bad_magic.len();
+    bad_magic[n - 4..].copy_from_slice(b"PAR2");
+    for (what, bytes) in [
+        ("256 bytes overwritten at a fifth", overwritten),
+        ("truncated to half", good[..good.len() / 2].to_vec()),
+        ("its closing magic broken", bad_magic),
+    ] {
+        put(&bytes);
+        let out = crate::s3::idem_s3(&lake, &["run", &job, "--date", DAY], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(2 | 5)),
+            "{what}: exit {:?}: {err}",
+            out.status.code()
+        );
+        assert!(
+            err.contains(&format!("{url}{file}")),
+            "{what}: not named: {err}"
+        );
+        assert_eq!(snapshot(&lake.join("out/remote")), before, "{what}");
+    }
+    put(&good);
+}

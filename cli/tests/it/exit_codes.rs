@@ -51,12 +51,13 @@ fn every_exit_code_of_the_contract() {
     let table = lake.join("out/plain");
     let before = snapshot(&table);
 
-    // 1: storage failed (an injected I/O error listing a new table): nothing was
+    // 1: storage failed (an injected I/O error listing a new table, past the two calls
+    // of the freshness probe, whose failure only means a full run): nothing was
     // published, and a retry succeeds.
     let retry = job(&lake, "retry", "order_id, status", "");
     run(
         &retry,
-        &[("IDEM_FAULTS", "fail@2")],
+        &[("IDEM_FAULTS", "fail@4")],
         1,
         "injected fault (list)",
     );
@@ -243,9 +244,8 @@ partition_by = ["dt"]
     );
     assert!(!lake.join("out/remote").exists());
     run(&env, 0, "");
-    // A file of the source that is not Parquet fails the same way every time: final
-    // (5 here, where the decoder's error names no file; 2 on disk, where idem finds
-    // and names it).
+    // A file of the source that is not Parquet fails the same way every time: final,
+    // and named (2), on a store as on disk.
     let bad = lake.join("bad");
     std::fs::create_dir_all(&bad).unwrap();
     std::fs::write(bad.join("part-9.parquet"), b"not parquet").unwrap();
@@ -256,13 +256,19 @@ partition_by = ["dt"]
         &format!("s3://{bucket}/raw/orders/created_date=2026-06-02/"),
     ]);
     env.push(("IDEM_LOG", "off"));
-    run(&env, 5, "Corrupt footer");
+    run(
+        &env,
+        2,
+        &format!(
+            "file s3://{bucket}/raw/orders/created_date=2026-06-02/part-9.parquet cannot be read"
+        ),
+    );
 }
 
 /// A page that cannot be decoded under a valid footer (256 bytes overwritten at a
 /// fifth of the file, as a failing disk or a torn copy leaves it) fails the same way
-/// every time: on disk idem decodes the inputs to find the file and names it (2); on a
-/// store the decoder's error is final (5). Nothing is written either way.
+/// every time: idem decodes the inputs to find the file and names it (2), on disk and
+/// on a store (fetching the objects). Nothing is written either way.
 #[test]
 fn a_page_that_cannot_be_decoded_is_final_and_named_on_disk() {
     let lake = Lake::new();
@@ -290,7 +296,8 @@ fn a_page_that_cannot_be_decoded_is_final_and_named_on_disk() {
     let remote = job_reading(&lake, "torn_remote", &source, every_column, "");
     let s3 = s3_env();
     let env: Vec<(&str, &str)> = s3.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    ends(&lake, &["run", &remote, DAY[0], DAY[1]], &env, 5, "snappy");
+    let named = format!("file {source}created_date=2026-06-02/part-0.parquet cannot be read: ");
+    ends(&lake, &["run", &remote, DAY[0], DAY[1]], &env, 2, &named);
     assert!(!lake.join("out/torn_remote").exists());
 }
 

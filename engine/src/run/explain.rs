@@ -40,7 +40,9 @@ pub(super) async fn explain(job: &Job, ctx: &SessionContext, e: Error) -> Error 
         return conflict;
     }
     let files = crate::session::all_source_files(ctx, job).await;
-    crate::session::diagnose_inputs(job, &files, &e).unwrap_or(e)
+    crate::session::diagnose_inputs(job, &files, &e)
+        .await
+        .unwrap_or(e)
 }
 
 /// A dedupe tie surfaces from DataFusion as an execution error; it is bad input.

@@ -356,9 +356,9 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             Err(e @ Error::Execution { .. }) => {
                 // A read that failed on a file a newer commit removed: computed again.
                 read_files_still_there(&ctx, &job).await?;
-                return Err(
-                    crate::session::diagnose_inputs(&job, &run_info.inputs, &e).unwrap_or(e)
-                );
+                return Err(crate::session::diagnose_inputs(&job, &run_info.inputs, &e)
+                    .await
+                    .unwrap_or(e));
             }
             Err(e) => return Err(e),
         };

@@ -246,18 +246,29 @@ pub(super) fn check_schema_change(job: &Job, output: &SchemaRef) -> Result<()> {
     if job.target.format == idem_io::table::Format::Delta {
         check_delta_columns(job, output)?;
     }
-    let Ok(table) = crate::table::open(job) else {
-        return Ok(());
+    // A table that cannot be opened or read now is not one without a schema: the run
+    // fails (and a retry checks again) rather than publish a change unchecked.
+    let table = crate::table::open(job)?;
+    let storage = |source| Error::Storage {
+        target: job.target.path.clone(),
+        source,
     };
-    let Ok(mut partitions) = table.live_partitions(job.target.partition_by.len()) else {
-        return Ok(());
-    };
-    // The newest partition (last in path order) speaks for the table.
+    let mut partitions = table
+        .live_partitions(job.target.partition_by.len())
+        .map_err(storage)?;
+    // The newest partition (last in path order) written by idem speaks for the table.
     partitions.reverse();
-    let live = partitions.iter().find_map(|p| match table.live_state(p) {
-        Ok(Some(state)) => state.manifest().map(|m| (p.clone(), Box::new(m.clone()))),
-        _ => None,
-    });
+    let mut live = None;
+    for p in &partitions {
+        if let Some(m) = table
+            .live_state(p)
+            .map_err(storage)?
+            .and_then(|s| s.manifest().cloned())
+        {
+            live = Some((p.clone(), Box::new(m)));
+            break;
+        }
+    }
     let Some((partition, manifest)) = live else {
         return Ok(());
     };
@@ -313,8 +324,17 @@ pub(super) fn check_schema_change(job: &Job, output: &SchemaRef) -> Result<()> {
 /// reader. With `on_schema_change = "allow"` the commit keeps such a column instead.
 fn check_delta_columns(job: &Job, output: &SchemaRef) -> Result<()> {
     let path = job.target.path.to_string_lossy();
-    let Ok(Some(scan)) = idem_io::table::delta_scan(&path, &job.storage) else {
-        return Ok(());
+    let scan = match idem_io::table::delta_scan(&path, &job.storage) {
+        Ok(Some(scan)) => scan,
+        // No table yet; or one idem refuses, with its reason, when the run opens it.
+        Ok(None) | Err(idem_io::Error::DeltaUnsupported { .. }) => return Ok(()),
+        // A log that cannot be read now is not one without columns: the run fails.
+        Err(source) => {
+            return Err(Error::Storage {
+                target: job.target.path.clone(),
+                source,
+            });
+        }
     };
     let lacking: Vec<String> = scan
         .data_schema
