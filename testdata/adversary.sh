@@ -6,6 +6,7 @@
 #   testdata/adversary.sh faults               the fault search alone, at every call (moto, Delta)
 #   testdata/adversary.sh kills N              N random SIGKILLs per backend
 #   testdata/adversary.sh corrupt N [SEED]     N random damages to a raw file (CI: 40)
+#   testdata/adversary.sh wire N [SEED]        N runs through a faulty network to moto (CI: 6)
 #   testdata/adversary.sh answers W [SEED] [Q] [M]
 #                                              W generated worlds of Q queries and M merges
 #                                              each, through idem and DuckDB
@@ -36,13 +37,17 @@ case "$what" in
     export IDEM_CORRUPT_CASES="${2:-2000}" IDEM_CORRUPT_SEED="${3:-1}"
     exec cargo test --workspace --test it corrupt::generated -- --nocapture
     ;;
+  wire)
+    export IDEM_WIRE_RUNS="${2:-50}" IDEM_WIRE_SEED="${3:-1}"
+    exec cargo test --workspace --test it wire::a_faulty_network -- --nocapture
+    ;;
   answers)
     export IDEM_ANSWERS_WORLDS="${2:-100}" IDEM_ANSWERS_SEED="${3:-1}"
     export IDEM_ANSWERS_QUERIES="${4:-24}" IDEM_ANSWERS_MERGES="${5:-2}"
     exec cargo test --workspace --test it answers::generated_queries_give -- --nocapture
     ;;
   *)
-    sed -n '2,14p' "$0" >&2
+    sed -n '2,15p' "$0" >&2
     exit 2
     ;;
 esac

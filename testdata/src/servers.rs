@@ -93,6 +93,23 @@ pub fn private_s3_endpoint() -> String {
     format!("http://127.0.0.1:{port}")
 }
 
+/// A faulty network in front of the S3 server at `upstream`
+/// (`testdata/py/wire_proxy.py`): a seeded share `rate` of the requests through it is
+/// reset, loses its answer, gets a truncated answer, a burst of 503 SlowDown, a stall
+/// or a duplicate; with `down`, every request gets 503. It counts what it did in the
+/// JSON file `stats`. Returns its endpoint; it stops when this test process ends.
+pub fn wire_proxy(upstream: &str, seed: u64, rate: f64, down: bool, stats: &Path) -> String {
+    let script = repo_root().join("testdata/py/wire_proxy.py");
+    let args = format!(
+        "'{}' {{port}} '{upstream}' {seed} {rate} '{}' {}",
+        script.display(),
+        stats.display(),
+        if down { "down" } else { "" }
+    );
+    let port = serve(python(), &args, "the wire proxy", None);
+    format!("http://127.0.0.1:{port}")
+}
+
 /// The environment a run needs to reach the test S3 server.
 pub fn s3_env() -> Vec<(&'static str, String)> {
     s3_env_of(s3_endpoint())

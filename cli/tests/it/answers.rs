@@ -485,16 +485,7 @@ fn search(label: &str, worlds: u64, queries: u64, merges: u64, extra: &[&str]) {
         n("cluster_same"),
         summary["refusals"].as_array().map_or(0, Vec::len),
     );
-    eprint!("{text}");
-    let path = repo_root().join("target/adversary-report.txt");
-    use std::io::Write;
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = f.write_all(text.as_bytes());
-    }
+    adversary_report(&text);
     for r in summary["refusals"].as_array().into_iter().flatten() {
         eprintln!("refused by idem alone: {r}");
     }

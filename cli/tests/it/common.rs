@@ -293,3 +293,18 @@ pub fn status_digests_with(
         })
         .collect()
 }
+
+/// Prints a line of what an adversarial test did and appends it to
+/// `target/adversary-report.txt`, which `.ci/run` prints at its end.
+pub fn adversary_report(text: &str) {
+    eprint!("{text}");
+    let path = repo_root().join("target/adversary-report.txt");
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = f.write_all(text.as_bytes());
+    }
+}

@@ -23,4 +23,5 @@ mod run;
 mod s3;
 mod schedules;
 mod vanished;
+mod wire;
 mod workers;

@@ -825,16 +825,7 @@ fn explore(s3: bool, default: u64) {
     let text = format!(
         "schedules | {backend} | {n} schedules from seed {first} | {steps} steps, {reads} reads of the whole table\n"
     );
-    eprint!("{text}");
-    let path = repo_root().join("target/adversary-report.txt");
-    use std::io::Write;
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = f.write_all(text.as_bytes());
-    }
+    adversary_report(&text);
 }
 
 #[test]
