@@ -399,6 +399,12 @@ fn an_executor_killed_mid_query_leaves_old_or_new_and_a_retry_converges() {
          {code:?} {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A lost executor is said as such, not as Ballista's debug print of its transport.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("GrpcConnectionError(") && !err.contains("tonic::transport::Error("),
+        "{err}"
+    );
 
     // Every partition old or new; all new when the run succeeded.
     let now = digests(&lake, &table);
@@ -576,4 +582,11 @@ key = ["order_id"]
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&format!("cluster {url}")), "{err}");
+    // Said as what failed where, not as the transport's debug print.
+    assert!(
+        err.contains(&format!(
+            "cannot reach the scheduler at 127.0.0.1:{port} (connection refused)"
+        )) && !err.contains("tonic::transport"),
+        "{err}"
+    );
 }

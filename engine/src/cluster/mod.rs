@@ -132,7 +132,7 @@ pub(crate) async fn stage(
     };
     let fail = |message: String| {
         let code = code_of(&message);
-        failed(message, code)
+        failed(readable(&message), code)
     };
     let spec = SinkSpec::new(job, r.run.clone(), r.schema);
     let tasks = job
@@ -170,9 +170,7 @@ pub(crate) async fn stage(
             let d: StagedDescription = serde_json::from_str(col.value(i))
                 .map_err(|e| fail(format!("a task's description does not parse: {e}")))?;
             let task = d.task;
-            let w = d
-                .into_staged()
-                .map_err(|m| failed(m, crate::exit::BAD_INPUT))?;
+            let w = d.into_staged().map_err(|(m, code)| failed(m, code))?;
             match staged.get(w.partition()) {
                 None => {
                     staged.insert(w.partition().clone(), (task, w));
@@ -278,6 +276,56 @@ fn code_of(message: &str) -> u8 {
     }
 }
 
+/// A failure of the cluster's own machinery as its reader can act on it: the process
+/// that could not be reached, at which address and why, or the executor that was lost;
+/// else the text as it came. Ballista and tonic report these as debug-printed values
+/// (`GrpcConnectionError("…tonic::transport::Error(Transport, ConnectError(…))")`),
+/// quoted once more for each layer that carried them.
+fn readable(message: &str) -> String {
+    let mut text = message.to_string();
+    while text.contains("\\\"") {
+        text = text.replace("\\\"", "\"").replace("\\\\", "\\");
+    }
+    // The reason an OS gave for a refused or failed connection.
+    let why = |from: &str| -> String {
+        from.split_once("message: \"")
+            .and_then(|(_, m)| m.split('"').next())
+            .map(|m| m.to_lowercase())
+            .unwrap_or_else(|| "the connection failed".into())
+    };
+    for lead in [
+        "Error connecting to Ballista scheduler or executor at ",
+        "Error connecting to Ballista executor at ",
+    ] {
+        if let Some((_, rest)) = text.split_once(lead) {
+            let addr = rest.split(": ").next().unwrap_or(rest);
+            return format!(
+                "a task could not reach the cluster process at {addr} ({}): an executor \
+                 was lost or cannot be reached from the others; nothing was published, \
+                 and a retry runs the date again",
+                why(rest)
+            );
+        }
+    }
+    if let Some((_, rest)) = text.split_once("ConnectError(\"tcp connect error\", ") {
+        let addr = rest.split(',').next().unwrap_or(rest).trim();
+        return format!(
+            "cannot reach the scheduler at {addr} ({}): is it running, and reachable \
+             from this machine?",
+            why(rest)
+        );
+    }
+    if let Some((_, rest)) = text.split_once("Shuffle fetch partition error from Executor ") {
+        let executor = rest.split(',').next().unwrap_or(rest);
+        let desc = rest.split_once("error desc: ").map_or(rest, |(_, d)| d);
+        return format!(
+            "executor {executor} was lost while its output was being read ({desc}); \
+             nothing was published, and a retry runs the date again"
+        );
+    }
+    message.to_string()
+}
+
 /// Whether two staged copies of a partition hold the same rows.
 fn same_rows(a: &WrittenPartition, b: &WrittenPartition) -> bool {
     let (a, b) = (a.manifest(), b.manifest());
@@ -316,22 +364,34 @@ fn by_partition(
 }
 
 impl StagedDescription {
-    fn into_staged(self) -> std::result::Result<WrittenPartition, String> {
-        let partition = PartitionPath::parse(&self.partition).map_err(|e| e.to_string())?;
+    /// The staged partition this describes, or why it cannot be published and the exit
+    /// code that deserves.
+    fn into_staged(self) -> std::result::Result<WrittenPartition, (String, u8)> {
+        let partition = PartitionPath::parse(&self.partition)
+            .map_err(|e| (e.to_string(), crate::exit::BAD_INPUT))?;
         if self.uploaded.is_none() {
             // Staged on disk by the executor: this process must see the same files.
             for (name, size) in &self.files {
                 let path = self.dir.join(name);
-                match std::fs::metadata(&path) {
+                match idem_io::fs::metadata(&path) {
                     Ok(m) if m.len() == *size => {}
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err((
+                            format!("reading what a task staged, {}: {e}", path.display()),
+                            crate::exit::RETRY,
+                        ));
+                    }
                     _ => {
-                        return Err(format!(
-                            "executor {} staged {} for partition {partition}, which this \
+                        return Err((
+                            format!(
+                                "executor {} staged {} for partition {partition}, which this \
                              machine does not see (or not whole); a local table needs its \
                              executors on this machine or a shared filesystem, else use a \
                              table on an object store",
-                            self.host,
-                            path.display()
+                                self.host,
+                                path.display()
+                            ),
+                            crate::exit::BAD_INPUT,
                         ));
                     }
                 }
@@ -379,6 +439,44 @@ mod tests {
         }
         let e = Cluster::parse("df://sched:99999").unwrap_err();
         assert!(e.contains("port `99999`"), "{e}");
+    }
+
+    #[test]
+    fn the_clusters_own_failures_read_as_what_failed_where() {
+        // As a client without a scheduler reports it (`--cluster df://127.0.0.1:1`).
+        let no_scheduler = "Execution error: tonic::transport::Error(Transport, \
+            ConnectError(ConnectError(\"tcp connect error\", 127.0.0.1:1, Os { code: 111, \
+            kind: ConnectionRefused, message: \"Connection refused\" })))";
+        assert_eq!(
+            readable(no_scheduler),
+            "cannot reach the scheduler at 127.0.0.1:1 (connection refused): is it \
+             running, and reachable from this machine?"
+        );
+        assert_eq!(code_of(no_scheduler), crate::exit::RETRY);
+        // A task's failure carried back through the scheduler, quoted once more.
+        let lost = "Job failed: Task failed: GrpcConnectionError(\"Error connecting to \
+            Ballista scheduler or executor at http://10.0.0.7:50052: \
+            tonic::transport::Error(Transport, ConnectError(ConnectError(\\\"tcp connect \
+            error\\\", 10.0.0.7:50052, Os { code: 111, kind: ConnectionRefused, message: \
+            \\\"Connection refused\\\" })))\")";
+        let text = readable(lost);
+        assert!(
+            text.starts_with(
+                "a task could not reach the cluster process at http://10.0.0.7:50052 \
+                 (connection refused): an executor was lost"
+            ),
+            "{text}"
+        );
+        assert_eq!(code_of(lost), crate::exit::RETRY);
+        let fetch = "Shuffle fetch partition error from Executor exec-3, map_stage 2, \
+            map_partition 0, error desc: broken pipe";
+        assert_eq!(
+            readable(fetch),
+            "executor exec-3 was lost while its output was being read (broken pipe); \
+             nothing was published, and a retry runs the date again"
+        );
+        // Anything else as it came.
+        assert_eq!(readable("Cast error: x"), "Cast error: x");
     }
 
     #[test]

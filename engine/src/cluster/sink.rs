@@ -316,7 +316,7 @@ fn write_attempt(
         .as_ref()
         .is_ok_and(|d| d.iter().any(|d| d.uploaded.is_none()));
     if !described_on_disk {
-        let _ = std::fs::remove_dir_all(dir);
+        let _ = idem_io::fs::remove_dir_all(&dir);
     }
     written
 }
@@ -348,7 +348,21 @@ fn check_inputs(spec: &SinkSpec) -> Result<()> {
             continue;
         }
         let path = f.path.strip_prefix("file://").unwrap_or(&f.path);
-        let seen = std::fs::metadata(path).map(|m| m.len()).ok();
+        let seen = match idem_io::fs::metadata(std::path::Path::new(path)) {
+            Ok(m) => Some(m.len()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            // Not an answer about the file: the disk failed, worth a retry.
+            Err(source) => {
+                return Err(Error::Storage {
+                    target: PathBuf::from(path),
+                    source: idem_io::Error::Io {
+                        op: "stat",
+                        path: PathBuf::from(path),
+                        source,
+                    },
+                });
+            }
+        };
         if seen != Some(f.size) {
             return Err(Error::Cluster {
                 path: spec.job_path.clone(),
@@ -469,10 +483,18 @@ fn write_partitions(
                 .files
                 .iter()
                 .map(|f| {
-                    let size = std::fs::metadata(dir.join(&f.name)).map_or(0, |m| m.len());
-                    (f.name.clone(), size)
+                    let path = dir.join(&f.name);
+                    idem_io::fs::metadata(&path)
+                        .map(|m| (f.name.clone(), m.len()))
+                        .map_err(|source| {
+                            write_err(idem_io::Error::Io {
+                                op: "stat",
+                                path,
+                                source,
+                            })
+                        })
                 })
-                .collect(),
+                .collect::<Result<_>>()?,
         };
         let manifest = staged.manifest().clone();
         described.push(StagedDescription {

@@ -1,6 +1,7 @@
 //! Exhaustive single-fault injection. For each scenario (a replace of one partition,
-//! of three, a merge that keeps files, a three-date backfill, `gc` after a dead run;
-//! on Delta tables also an `--atomic` backfill, and `idem vacuum` after the dead run)
+//! of three, that replace on the in-process cluster, a merge that keeps files, a
+//! three-date backfill, `gc` after a dead run; on Delta tables also an `--atomic`
+//! backfill, and `idem vacuum` after the dead run)
 //! and each backend and format, storage call N of the scenario fails — before it takes
 //! effect, or as the point where the process dies — or the N-th call that changes
 //! storage takes effect with its answer lost (object stores), for N = 1, 2, … until the
@@ -34,6 +35,9 @@ enum Scenario {
     ReplaceThree,
     /// A merge of one day into a table clustered by key: the other days' files are kept.
     Merge,
+    /// [`Scenario::ReplaceThree`] on the in-process cluster (`--cluster standalone`):
+    /// the executor's tasks write and stage, the client publishes.
+    OnCluster,
     /// A backfill of three dates, two at once.
     Backfill,
     /// The same backfill with `--atomic` (Delta): one commit or none.
@@ -48,6 +52,7 @@ impl Scenario {
             Scenario::ReplaceOne => "replace one partition",
             Scenario::ReplaceThree => "replace three partitions",
             Scenario::Merge => "merge keeping files",
+            Scenario::OnCluster => "replace three partitions on a cluster",
             Scenario::Backfill => "backfill of three dates",
             Scenario::AtomicBackfill => "atomic backfill of three dates",
             Scenario::GcAfterDeadRun => "gc after a dead run",
@@ -69,7 +74,9 @@ impl Scenario {
             Scenario::ReplaceOne | Scenario::GcAfterDeadRun => {
                 w.run(&w.daily(0), "2026-06-02").unwrap()
             }
-            Scenario::ReplaceThree => w.run(&w.daily(2), "2026-06-03").unwrap(),
+            Scenario::ReplaceThree | Scenario::OnCluster => {
+                w.run(&w.daily(2), "2026-06-03").unwrap()
+            }
             Scenario::Backfill | Scenario::AtomicBackfill => w
                 .backfill(&w.daily(0), &["2026-06-01", "2026-06-02", "2026-06-03"])
                 .unwrap(),
@@ -97,6 +104,7 @@ impl Scenario {
         match self {
             Scenario::ReplaceOne => w.run(&w.daily(0), "2026-06-02"),
             Scenario::ReplaceThree => w.run(&w.daily(2), "2026-06-03"),
+            Scenario::OnCluster => w.run_on_cluster(&w.daily(2), "2026-06-03"),
             Scenario::Backfill | Scenario::AtomicBackfill => w.backfill_as(
                 &w.daily(0),
                 &["2026-06-01", "2026-06-02", "2026-06-03"],
@@ -329,10 +337,13 @@ fn report(what: &str, scenario: &str, counts: &[(Mode, Count)], sample: Sample) 
     }
 }
 
-/// The longest searches first, so that the last child to start is a short one.
-const SCENARIOS: [Scenario; 5] = [
+/// The longest searches first, so that the last child to start is a short one. (The
+/// cluster's search runs on disk and in memory: on moto its calls are those of the
+/// in-memory store over HTTP, and a case costs seconds.)
+const SCENARIOS: [Scenario; 6] = [
     Scenario::Backfill,
     Scenario::ReplaceThree,
+    Scenario::OnCluster,
     Scenario::Merge,
     Scenario::ReplaceOne,
     Scenario::GcAfterDeadRun,
@@ -357,7 +368,14 @@ const CASE_VAR: &str = "IDEM_FAULTS_CASE";
 /// then reports each scenario. `test` is the calling test's name, which each child runs
 /// again.
 fn every_scenario(test: &str, backend: Backend, delta: bool, modes: &[Mode]) {
-    let scenarios: &[Scenario] = if delta { &DELTA_SCENARIOS } else { &SCENARIOS };
+    let scenarios: Vec<Scenario> = match (delta, backend) {
+        (true, _) => DELTA_SCENARIOS.to_vec(),
+        (false, Backend::Moto) => SCENARIOS
+            .into_iter()
+            .filter(|s| !matches!(s, Scenario::OnCluster))
+            .collect(),
+        (false, _) => SCENARIOS.to_vec(),
+    };
     if let Some(case) = std::env::var_os(CASE_VAR) {
         let case = case.into_string().expect("a case");
         let (i, mode) = case.split_once(':').expect("<index>:<mode>");

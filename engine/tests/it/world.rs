@@ -211,8 +211,24 @@ file_size = "1 KiB"
     }
 
     pub fn run(&self, job: &Job, date: &str) -> Result<(), String> {
+        self.run_as(job, date, None)
+    }
+
+    /// A run on this process's in-process cluster (`--cluster standalone`): the
+    /// executor's tasks write and stage the partitions, this client publishes them.
+    pub fn run_on_cluster(&self, job: &Job, date: &str) -> Result<(), String> {
+        self.run_as(job, date, Some(idem_engine::cluster::Cluster::Standalone))
+    }
+
+    fn run_as(
+        &self,
+        job: &Job,
+        date: &str,
+        cluster: Option<idem_engine::cluster::Cluster>,
+    ) -> Result<(), String> {
         let opts = RunOptions {
             date: date.into(),
+            cluster,
             ..Default::default()
         };
         Self::runtime()
