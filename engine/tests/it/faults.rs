@@ -455,9 +455,9 @@ fn every_scenario(test: &str, backend: Backend, delta: bool, modes: &[Mode]) {
 }
 
 #[test]
-fn every_single_fault_on_local_disk() {
+fn every_single_fault_on_a_local_disk() {
     every_scenario(
-        "faults::every_single_fault_on_local_disk",
+        "faults::every_single_fault_on_a_local_disk",
         Backend::Local,
         false,
         &[Mode::Fail, Mode::Crash],
