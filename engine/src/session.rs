@@ -966,29 +966,25 @@ pub async fn diagnose_inputs(job: &Job, inputs: &[InputFile], e: &Error) -> Opti
         };
         // A file that cannot be opened (gone, too many open files) is I/O, which a
         // retry may not meet; one whose content cannot be read is the file's fault.
-        let problem = if idem_io::store::is_url(&input.path) {
-            match object_bytes(job, &input.path).await {
-                Ok(bytes) => content_problem(source.format, bytes, undecodable),
-                Err(_) if data_fault => continue,
-                Err(e) => {
-                    return Some(Error::SourceUnreachable {
-                        path: job.path.clone(),
-                        source_name: source.name.clone(),
-                        message: format!("object {} cannot be read: {e}", input.path),
-                    });
-                }
-            }
+        let checked = if idem_io::store::is_url(&input.path) {
+            object_bytes(job, &input.path)
+                .await
+                .map(|bytes| content_problem(source.format, bytes, undecodable))
+                .map_err(|e| format!("object {} cannot be read: {e}", input.path))
         } else {
-            match std::fs::File::open(&input.path) {
-                Ok(file) => content_problem(source.format, file, undecodable),
-                Err(_) if data_fault => continue,
-                Err(e) => {
-                    return Some(Error::SourceUnreachable {
-                        path: job.path.clone(),
-                        source_name: source.name.clone(),
-                        message: format!("file {} cannot be opened: {e}", input.path),
-                    });
-                }
+            std::fs::File::open(&input.path)
+                .map(|file| content_problem(source.format, file, undecodable))
+                .map_err(|e| format!("file {} cannot be opened: {e}", input.path))
+        };
+        let problem = match checked {
+            Ok(problem) => problem,
+            Err(_) if data_fault => continue,
+            Err(message) => {
+                return Some(Error::SourceUnreachable {
+                    path: job.path.clone(),
+                    source_name: source.name.clone(),
+                    message,
+                });
             }
         };
         if let Some(problem) = problem {

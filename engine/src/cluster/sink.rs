@@ -355,11 +355,7 @@ fn check_inputs(spec: &SinkSpec) -> Result<()> {
             Err(source) => {
                 return Err(Error::Storage {
                     target: PathBuf::from(path),
-                    source: idem_io::Error::Io {
-                        op: "stat",
-                        path: PathBuf::from(path),
-                        source,
-                    },
+                    source: idem_io::Error::io("stat", path)(source),
                 });
             }
         };
@@ -486,13 +482,7 @@ fn write_partitions(
                     let path = dir.join(&f.name);
                     idem_io::fs::metadata(&path)
                         .map(|m| (f.name.clone(), m.len()))
-                        .map_err(|source| {
-                            write_err(idem_io::Error::Io {
-                                op: "stat",
-                                path,
-                                source,
-                            })
-                        })
+                        .map_err(|source| write_err(idem_io::Error::io("stat", path)(source)))
                 })
                 .collect::<Result<_>>()?,
         };

@@ -305,11 +305,7 @@ impl KeyProbe {
         {
             return Ok(false);
         }
-        let file = idem_io::fs::open(path).map_err(|source| idem_io::Error::Io {
-            op: "open",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let file = idem_io::fs::open(path).map_err(idem_io::Error::io("open", path))?;
         let meta = ParquetMetaDataReader::new()
             .parse_and_finish(&file)
             .map_err(|source| idem_io::Error::ParquetRead {
