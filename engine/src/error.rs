@@ -228,7 +228,7 @@ pub mod exit {
 pub(crate) fn empty_parquet(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(e);
     while let Some(e) = next {
-        if e.is::<idem_io::local_reads::EmptyParquet>() {
+        if e.is::<idem_io::empty_parquet::EmptyParquet>() {
             return true;
         }
         next = e.source();

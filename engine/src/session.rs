@@ -205,6 +205,11 @@ async fn register(ctx: &SessionContext, job: &Job, s: &Source) -> Result<()> {
         let url = ListingTableUrl::parse(&s.path)
             .map_err(|e| err(format!("path {}: {e}", s.path)))?
             .object_store();
+        // A listing of the source fails on an empty `.parquet` object, naming it.
+        let store = Arc::new(idem_io::empty_parquet::RefuseEmpty::new(
+            store,
+            url.as_str(),
+        ));
         ctx.register_object_store(url.as_ref(), store);
         if s.format == Format::Parquet && !is_glob {
             if let Some(frame) = delta_frame(ctx, job, s).await? {
@@ -1078,19 +1083,100 @@ fn arrow_metadata<R: parquet::file::reader::ChunkReader>(
 /// `f`'s result, or its panic as an error: the Parquet decoder panics on some damaged
 /// files (a footer length past the file's start, a bit width out of range).
 fn quietly(f: impl FnOnce() -> std::result::Result<(), String>) -> std::result::Result<(), String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        Err(format!("the Parquet decoder failed on it ({what})"))
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| Err(panicked(p)))
+}
+
+/// A panic of the Parquet decoder, as what went wrong with the file.
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> String {
+    let what = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    format!("the Parquet decoder failed on it ({what})")
+}
+
+/// What is wrong with the footer of the object `meta` names, read as DataFusion reads
+/// it (the end of the object, then as much more as the footer says it needs); `None`
+/// when it reads, or when the object cannot be fetched (that is I/O, not its content).
+async fn footer_problem(
+    store: &dyn object_store::ObjectStore,
+    meta: &object_store::ObjectMeta,
+) -> Option<String> {
+    use object_store::ObjectStoreExt as _;
+    use parquet::errors::ParquetError;
+    let size = meta.size;
+    let mut want = size.min(64 << 10);
+    loop {
+        let bytes = store
+            .get_range(&meta.location, size - want..size)
+            .await
+            .ok()?;
+        let parsed = std::panic::catch_unwind(|| {
+            parquet::file::metadata::ParquetMetaDataReader::new()
+                .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional)
+                .try_parse_sized(&bytes, size)
+        });
+        match parsed {
+            Ok(Ok(())) => return None,
+            Ok(Err(ParquetError::NeedMoreData(n))) if (n as u64) > want && (n as u64) <= size => {
+                want = n as u64;
+            }
+            Ok(Err(e)) => return Some(e.to_string()),
+            Err(panic) => return Some(panicked(panic)),
+        }
+    }
+}
+
+/// [`diagnose_footers`] for the sources on object stores: the first `.parquet` object
+/// whose footer does not read as DataFusion reads it.
+pub async fn diagnose_object_footers(job: &Job) -> Option<Error> {
+    use futures::TryStreamExt as _;
+    let remote = job
+        .sources
+        .iter()
+        .filter(|s| s.format == Format::Parquet && idem_io::store::is_url(&s.path));
+    for source in remote {
+        let Ok(store) = idem_io::store::object_store(&source.path, &source.storage) else {
+            continue;
+        };
+        let Ok(base) = ListingTableUrl::parse(&source.path) else {
+            continue;
+        };
+        // A glob's objects are under the folder before its first wildcard.
+        let key = idem_io::store::key_of(&source.path);
+        let fixed = key.split(['*', '?', '[']).next().unwrap_or_default();
+        let folder = match fixed.rsplit_once('/') {
+            Some((folder, _)) if fixed.len() < key.len() => folder,
+            _ => key.as_str(),
+        };
+        let prefix = idem_io::store::raw_key(folder);
+        let Ok(mut objects) = store.list(Some(&prefix)).try_collect::<Vec<_>>().await else {
+            continue;
+        };
+        objects.retain(|o| o.location.as_ref().ends_with(".parquet"));
+        objects.sort_by(|a, b| a.location.cmp(&b.location));
+        for meta in objects {
+            let Some(problem) = footer_problem(store.as_ref(), &meta).await else {
+                continue;
+            };
+            return Some(Error::Source {
+                path: job.path.clone(),
+                source_name: source.name.clone(),
+                message: format!(
+                    "file {} cannot be read: {problem}",
+                    url_of(base.object_store().as_str(), &meta.location)
+                ),
+            });
+        }
+    }
+    None
 }
 
 /// After planning panicked (the Parquet decoder does on some damaged footers while
 /// DataFusion reads statistics), the first local Parquet file of the job's sources
-/// whose footer does not read, as a bad-input error naming it.
+/// whose footer does not read, as a bad-input error naming it (those on object stores:
+/// [`diagnose_object_footers`]).
 pub fn diagnose_footers(job: &Job) -> Option<Error> {
     for source in job.sources.iter().filter(|s| s.format == Format::Parquet) {
         if idem_io::store::is_url(&source.path) {

@@ -8,6 +8,7 @@ pub mod canonical;
 pub mod commit;
 pub mod digest;
 pub mod durable;
+pub mod empty_parquet;
 mod encode;
 mod error;
 pub mod failpoint;

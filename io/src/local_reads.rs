@@ -13,9 +13,7 @@
 //! Only `get_ranges`, the scan's path, is served this way; every other call, and any
 //! read this path cannot complete, goes to object_store's local store, so errors read
 //! exactly as they always have. One exception: a listing that meets a `.parquet` file
-//! of zero bytes fails with [`EmptyParquet`] naming it. DataFusion skips empty files,
-//! and a Parquet file is never empty: one is a truncated copy or a failed write, and a
-//! run that read around it would publish a partition without its rows.
+//! of zero bytes fails naming it, as [`crate::empty_parquet`] says.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -27,6 +25,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use object_store::local::LocalFileSystem;
+
+use crate::empty_parquet::not_empty;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
@@ -40,38 +40,6 @@ const POOLED_MIN: usize = 64 << 10;
 /// freed. About what four dates of a backfill read at once from a day of a few
 /// million rows.
 const KEEP_BYTES: usize = 64 << 20;
-
-/// A `.parquet` file of zero bytes met by a listing: not a Parquet file.
-#[derive(Debug)]
-pub struct EmptyParquet {
-    pub path: String,
-}
-
-impl std::fmt::Display for EmptyParquet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "file {} is empty (0 bytes): not a Parquet file (a truncated copy or a failed \
-             write?)",
-            self.path
-        )
-    }
-}
-
-impl std::error::Error for EmptyParquet {}
-
-/// `meta` itself, or the error for an empty Parquet file.
-fn not_empty_parquet(meta: ObjectMeta) -> Result<ObjectMeta> {
-    if meta.size == 0 && meta.location.as_ref().ends_with(".parquet") {
-        return Err(object_store::Error::Generic {
-            store: "LocalFileSystem",
-            source: Box::new(EmptyParquet {
-                path: format!("/{}", meta.location),
-            }),
-        });
-    }
-    Ok(meta)
-}
 
 /// object_store's local file system, with ranged reads into recycled buffers.
 #[derive(Debug, Default)]
@@ -138,7 +106,7 @@ impl ObjectStore for LocalReads {
         use futures::StreamExt as _;
         self.inner
             .list(prefix)
-            .map(|meta| meta.and_then(not_empty_parquet))
+            .map(|meta| meta.and_then(|m| not_empty(m, "")))
             .boxed()
     }
 
@@ -150,7 +118,7 @@ impl ObjectStore for LocalReads {
         use futures::StreamExt as _;
         self.inner
             .list_with_offset(prefix, offset)
-            .map(|meta| meta.and_then(not_empty_parquet))
+            .map(|meta| meta.and_then(|m| not_empty(m, "")))
             .boxed()
     }
 
@@ -159,7 +127,7 @@ impl ObjectStore for LocalReads {
         let objects = listed
             .objects
             .into_iter()
-            .map(not_empty_parquet)
+            .map(|m| not_empty(m, ""))
             .collect::<Result<Vec<_>>>()?;
         Ok(ListResult { objects, ..listed })
     }

@@ -107,16 +107,21 @@ fn damages(good: &[u8], rng: &mut Rng, random: u64) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// What went wrong with one damage, if anything.
-fn judge(lake: &Lake, table: &str, file: &str, what: &str) -> Option<String> {
-    let before = snapshot(&lake.join(table));
-    let out = lake.idem(&["run", FCT, "--date", DAY, "--json"]);
+/// What went wrong with one damage, if anything: `out` is the run over it, `table` the
+/// table before it.
+fn judge(
+    out: &std::process::Output,
+    table: &std::path::Path,
+    before: &std::collections::BTreeMap<String, (u64, u64, i64, i64, u64)>,
+    file: &str,
+    what: &str,
+) -> Option<String> {
     let err = String::from_utf8_lossy(&out.stderr);
     let code = out.status.code();
     let problem = match code {
         Some(0) => None,
         Some(2 | 5) if !err.contains(file) => Some("the error does not name the file"),
-        Some(2 | 5) if snapshot(&lake.join(table)) != before => Some("the table changed"),
+        Some(2 | 5) if &snapshot(table) != before => Some("the table changed"),
         Some(2 | 5) => None,
         Some(1) => Some("exit 1 (retryable) on a file that will not change"),
         _ => Some("an exit outside the contract (a panic or a signal)"),
@@ -141,7 +146,9 @@ fn generated_damage_to_a_parquet_source_fails_cleanly_and_names_the_file() {
     let mut wrong = Vec::new();
     for (what, bytes) in cases {
         std::fs::write(&path, &bytes).unwrap();
-        wrong.extend(judge(&lake, table, &file, &what));
+        let before = snapshot(&lake.join(table));
+        let out = lake.idem(&["run", FCT, "--date", DAY, "--json"]);
+        wrong.extend(judge(&out, &lake.join(table), &before, &file, &what));
     }
     std::fs::write(&path, &good).unwrap();
     assert!(
@@ -182,8 +189,10 @@ partition_by = []
     assert!(!lake.join("out/csv").exists());
 }
 
-/// The same damages to an object of a source on an object store (moto): named by its
-/// URL, never exit 1, the table as it was.
+/// Damages to an object of a source on an object store (moto), a few by hand (a
+/// stretch overwritten, truncated, the magic or the footer broken, zero bytes) and the
+/// generated ones (`IDEM_CORRUPT_S3_CASES` random, CI: 4): named by its URL, never
+/// exit 1, the table as it was.
 #[test]
 fn a_damaged_object_of_a_source_on_s3_is_named() {
     let lake = Lake::new();
@@ -218,10 +227,15 @@ fn a_damaged_object_of_a_source_on_s3_is_named() {
     let mut bad_magic = good.clone();
     let n = bad_magic.len();
     bad_magic[n - 4..].copy_from_slice(b"PAR2");
+    let mut footer = good.clone();
+    let footer_len = u32::from_le_bytes(good[n - 8..n - 4].try_into().unwrap()) as usize;
+    footer[n - 8 - footer_len / 2..n - 8].fill(0xA5);
     for (what, bytes) in [
         ("256 bytes overwritten at a fifth", overwritten),
         ("truncated to half", good[..good.len() / 2].to_vec()),
         ("its closing magic broken", bad_magic),
+        ("its footer overwritten", footer),
+        ("zero bytes", Vec::new()),
     ] {
         put(&bytes);
         let out = crate::s3::idem_s3(&lake, &["run", &job, "--date", DAY], &[]);
@@ -237,5 +251,31 @@ fn a_damaged_object_of_a_source_on_s3_is_named() {
         );
         assert_eq!(snapshot(&lake.join("out/remote")), before, "{what}");
     }
+    // The generated damages, as on disk.
+    let seed = env_or("IDEM_CORRUPT_SEED", 1);
+    let cases = damages(&good, &mut Rng(seed), env_or("IDEM_CORRUPT_S3_CASES", 4));
+    let tried = cases.len();
+    let mut wrong = Vec::new();
+    for (what, bytes) in cases {
+        put(&bytes);
+        // (A damage the format cannot notice runs through: the table before is the
+        // last run's.)
+        let before = snapshot(&lake.join("out/remote"));
+        let out = crate::s3::idem_s3(&lake, &["run", &job, "--date", DAY], &[]);
+        let named = format!("{url}{file}");
+        wrong.extend(judge(
+            &out,
+            &lake.join("out/remote"),
+            &before,
+            &named,
+            &what,
+        ));
+    }
     put(&good);
+    assert!(
+        wrong.is_empty(),
+        "{} of {tried} damages on S3 (IDEM_CORRUPT_SEED={seed}) went wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }

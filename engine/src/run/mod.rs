@@ -273,7 +273,11 @@ pub async fn execute(planned: Planned, observer: Arc<dyn Observer>) -> Result<Ru
             // decoder panics on some damaged ones: the file is named if one is found.
             Err(_) => {
                 let job2 = job.clone();
-                let named = crate::blocking(move || crate::session::diagnose_footers(&job2)).await;
+                let mut named =
+                    crate::blocking(move || crate::session::diagnose_footers(&job2)).await;
+                if named.is_none() {
+                    named = crate::session::diagnose_object_footers(&job).await;
+                }
                 return Err(named.unwrap_or_else(|| {
                     exec_err(datafusion::error::DataFusionError::Execution(
                         "planning panicked while reading the inputs".into(),
