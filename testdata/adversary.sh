@@ -3,9 +3,11 @@
 #
 #   testdata/adversary.sh schedules N [SEED]   N random schedules of concurrent writers
 #   testdata/adversary.sh s3-schedules N [SEED]   the same on S3 (moto)
+#   testdata/adversary.sh delta-schedules N [SEED]   with another Delta writer (CI: 32)
 #   testdata/adversary.sh faults               the fault search alone, at every call (moto, Delta)
 #   testdata/adversary.sh kills N              N random SIGKILLs per backend
-#   testdata/adversary.sh corrupt N [SEED]     N random damages to a raw file (CI: 40)
+#   testdata/adversary.sh corrupt N [SEED]     N random damages to a raw file on disk, N/10
+#                                              to an object on S3 (CI: 40 and 4)
 #   testdata/adversary.sh wire N [SEED]        N runs through a faulty network to moto (CI: 6)
 #   testdata/adversary.sh answers W [SEED] [Q] [M]
 #                                              W generated worlds of Q queries and M merges
@@ -25,6 +27,10 @@ case "$what" in
     export IDEM_S3_SCHEDULES="${2:-200}" IDEM_SCHEDULE_SEED="${3:-1}"
     exec cargo test --workspace --test it schedules::random_schedules_on_an_object_store -- --nocapture
     ;;
+  delta-schedules)
+    export IDEM_DELTA_SCHEDULES="${2:-400}" IDEM_SCHEDULE_SEED="${3:-1}"
+    exec cargo test --workspace --test it delta_schedules::random_schedules -- --nocapture
+    ;;
   faults)
     export IDEM_FAULTS_S3_STRIDE=1 IDEM_FAULTS_DELTA_STRIDE=1
     exec cargo test --workspace --test it faults:: -- --nocapture --test-threads=1
@@ -35,7 +41,8 @@ case "$what" in
     ;;
   corrupt)
     export IDEM_CORRUPT_CASES="${2:-2000}" IDEM_CORRUPT_SEED="${3:-1}"
-    exec cargo test --workspace --test it corrupt::generated -- --nocapture
+    export IDEM_CORRUPT_S3_CASES=$(( ${2:-2000} / 10 ))
+    exec cargo test --workspace --test it corrupt:: -- --nocapture
     ;;
   wire)
     export IDEM_WIRE_RUNS="${2:-50}" IDEM_WIRE_SEED="${3:-1}"
@@ -47,7 +54,7 @@ case "$what" in
     exec cargo test --workspace --test it answers::generated_queries_give -- --nocapture
     ;;
   *)
-    sed -n '2,15p' "$0" >&2
+    sed -n '2,17p' "$0" >&2
     exit 2
     ;;
 esac

@@ -19,6 +19,22 @@
                                     joined by commas, PREDICATE the rows an overwrite
                                     replaces, CONFIG a JSON object of table properties;
                                     new columns join the schema. Prints the version
+    readers.py delta-op DIR OP DAY BASE
+                                    another writer (the deltalake package) changes the
+                                    Delta table DIR: OP append, merge-column (an append
+                                    that adds column `note`), replace-where, overwrite
+                                    (the whole table), delete (DAY's even order ids),
+                                    optimize, vacuum (retention 0) or restore (the
+                                    version before the latest); rows written are
+                                    foreign_rows(OP, DAY, BASE) and the commit carries
+                                    `testOp` = "OP DAY BASE". Prints the version
+    readers.py delta-feature DIR FEATURE
+                                    another writer (deltalake) adds the table feature
+                                    FEATURE (a name of deltalake.TableFeatures) to the
+                                    Delta table DIR's protocol. Prints the version
+    readers.py delta-state DIR      the Delta table's rows (deltalake), columns and
+                                    history: each commit's version, operation, idem's
+                                    commitInfo, `testOp`, and a restore's version
     readers.py files DIR            the data files each engine reads from DIR
     readers.py put ENDPOINT DIR URL uploads DIR's files under URL (creating the bucket)
     readers.py get ENDPOINT URL DIR downloads what a plain lister sees under URL
@@ -39,6 +55,7 @@ text (so DATE and '2026-06-04' compare equal across engines), sorted.
 import datetime
 import decimal
 import json
+import os
 import sys
 
 
@@ -90,7 +107,6 @@ def pyarrow_table(d):
 
 
 def delta_tables(d, version):
-    import os
 
     import deltalake
     import duckdb
@@ -158,6 +174,100 @@ def delta_write(d, mode, sql, partition_by="", predicate="", config=""):
         schema_mode="merge" if mode == "append" else None,
     )
     return deltalake.DeltaTable(d).version()
+
+
+def foreign_rows(op, day, base):
+    """The rows another writer's OP writes: BASE + k as order ids, on DAY."""
+    n = {"append": 3, "merge-column": 2, "replace-where": 2, "overwrite": 2}.get(op, 0)
+    rows = []
+    for k in range(n):
+        row = {
+            "order_id": base + k,
+            "customer_id": k + 1,
+            "amount_usd": decimal.Decimal("9.99"),
+            "status": "foreign",
+            "dt": datetime.date.fromisoformat(day),
+        }
+        if op == "merge-column":
+            row["note"] = f"n{k}"
+        rows.append(row)
+    return rows
+
+
+def delta_op(d, op, day, base):
+    import deltalake
+    import pyarrow as pa
+
+    base = int(base)
+    t = deltalake.DeltaTable(d)
+    props = deltalake.CommitProperties(custom_metadata={"testOp": f"{op} {day} {base}"})
+    if op in ("append", "merge-column", "replace-where", "overwrite"):
+        schema = t.to_pyarrow_dataset().schema
+        fields = list(schema)
+        if op == "merge-column" and "note" not in schema.names:
+            fields.append(pa.field("note", pa.string()))
+        rows = foreign_rows(op, day, base)
+        data = pa.table(
+            {f.name: pa.array([r.get(f.name) for r in rows]).cast(f.type)
+             if any(f.name in r for r in rows) else pa.nulls(len(rows), f.type)
+             for f in fields}
+        )
+        deltalake.write_deltalake(
+            t,
+            data,
+            mode="append" if op in ("append", "merge-column") else "overwrite",
+            predicate=f"dt = '{day}'" if op == "replace-where" else None,
+            schema_mode="merge" if op == "merge-column" else None,
+            commit_properties=props,
+        )
+    elif op == "delete":
+        t.delete(f"dt = '{day}' AND order_id % 2 = 0", commit_properties=props)
+    elif op == "optimize":
+        t.optimize.compact(commit_properties=props)
+    elif op == "vacuum":
+        t.vacuum(
+            retention_hours=0,
+            dry_run=False,
+            enforce_retention_duration=False,
+            commit_properties=props,
+            full=True,
+        )
+    elif op == "restore":
+        t.restore(t.version() - 1, commit_properties=props)
+    else:
+        sys.exit(f"unknown delta-op {op}")
+    return deltalake.DeltaTable(d).version()
+
+
+def delta_feature(d, feature):
+    import deltalake
+
+    t = deltalake.DeltaTable(d)
+    t.alter.add_feature(
+        getattr(deltalake.TableFeatures, feature), allow_protocol_versions_increase=True
+    )
+    return deltalake.DeltaTable(d).version()
+
+
+def delta_state(d):
+    import deltalake
+
+    t = deltalake.DeltaTable(d)
+    data = t.to_pyarrow_table()
+    history = []
+    for c in t.history():
+        params = c.get("operationParameters") or {}
+        history.append(
+            {
+                "version": c.get("version"),
+                "operation": c.get("operation"),
+                "idem": c.get("idem"),
+                "testOp": c.get("testOp"),
+                "restore": int(params["version"]) if c.get("operation") == "RESTORE" else None,
+            }
+        )
+    history.sort(key=lambda h: h["version"])
+    return {"rows": rows_out(data.to_pylist()), "columns": data.column_names, "history": history}
 
 
 def files(d):
@@ -382,6 +492,12 @@ def main():
         print(json.dumps(delta_overwrite(arg.rstrip("/"), sys.argv[3], sys.argv[4])))
     elif cmd == "delta-write":
         print(json.dumps(delta_write(arg.rstrip("/"), *sys.argv[3:])))
+    elif cmd == "delta-op":
+        print(json.dumps(delta_op(arg.rstrip("/"), *sys.argv[3:])))
+    elif cmd == "delta-feature":
+        print(json.dumps(delta_feature(arg.rstrip("/"), sys.argv[3])))
+    elif cmd == "delta-state":
+        print(json.dumps(delta_state(arg.rstrip("/")), default=str))
     elif cmd == "delta-log":
         print(json.dumps(delta_log(arg.rstrip("/")), default=str))
     elif cmd == "duckdb":
@@ -412,3 +528,8 @@ def main():
 
 if __name__ == "__main__":
     main()
+    # Without the interpreter's teardown: Arrow's C++ threads sometimes abort it
+    # ("terminate called without an active exception") after the answer is out.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1433,3 +1433,75 @@ fn a_column_another_writer_added_is_kept_or_refused_never_dropped() {
         .collect();
     assert_eq!(Value::Array(without_note), expected);
 }
+
+/// A table whose protocol lists a feature idem's commits do not keep (row tracking,
+/// domain metadata, v2 checkpoints, Iceberg compatibility, variants) is refused with
+/// the feature named and exit 2 before anything is written; one idem keeps (deletion
+/// vectors, which its removes name) is written. As a source, only reader features
+/// matter: a table with v2 checkpoints is read, one with variants refused.
+#[test]
+fn a_protocol_feature_idem_does_not_keep_is_refused_before_writing() {
+    for (feature, spelled, kept) in [
+        ("RowTracking", "rowTracking", false),
+        ("DomainMetadata", "domainMetadata", false),
+        ("V2Checkpoint", "v2Checkpoint", false),
+        ("IcebergCompatV1", "icebergCompatV1", false),
+        ("VariantType", "variantType", false),
+        ("DeletionVectors", "deletionVectors", true),
+    ] {
+        let t = Table::delta(Backend::Local, &format!("delta-feature-{spelled}"));
+        t.ok(&["run", &t.daily_job, "--date", "2026-06-01"]);
+        let dir = t.target("daily");
+        readers(&["delta-feature", &dir, feature]);
+        let before = (
+            delta_log(&t, "daily")["version"].clone(),
+            t.data_files_and_log("daily"),
+        );
+        let out = t.idem(&["run", &t.daily_job, "--date", "2026-06-02"], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        if kept {
+            // (The deltalake package does not read deletion vectors: the log shows it.)
+            assert!(out.status.success(), "{feature}: {err}");
+            let log = delta_log(&t, "daily");
+            assert_eq!(log["version"], before.0.as_u64().unwrap() + 1, "{feature}");
+            assert_eq!(
+                log["history"][0]["idem"]["logicalDates"],
+                serde_json::json!(["2026-06-02"]),
+                "{feature}: {log}"
+            );
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(2), "{feature}: {err}");
+        assert!(
+            err.contains(&format!("the Delta feature `{spelled}`")) && err.contains(&dir),
+            "{feature}: {err}"
+        );
+        assert_eq!(
+            (
+                delta_log(&t, "daily")["version"].clone(),
+                t.data_files_and_log("daily")
+            ),
+            before,
+            "{feature}"
+        );
+        // The same table as a source of another job.
+        let reader = t.lake.job(
+            &format!("reads_{spelled}"),
+            &format!(
+                "name = \"reads\"\n[sources.t]\npath = \"{dir}/\"\n[transform]\nsql = \
+                 \"select count(*) as n from t\"\n[target]\npath = \"out/reads\"\n"
+            ),
+        );
+        let out = t.idem(&["run", &reader, "--date", "2026-06-01"], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        if spelled == "variantType" {
+            assert_eq!(out.status.code(), Some(2), "{feature} as a source: {err}");
+            assert!(
+                err.contains("`variantType`"),
+                "{feature} as a source: {err}"
+            );
+        } else {
+            assert!(out.status.success(), "{feature} as a source: {err}");
+        }
+    }
+}

@@ -11,6 +11,7 @@ mod conformance;
 mod corrupt;
 mod crash;
 mod delta;
+mod delta_schedules;
 mod deploy;
 mod exit_codes;
 mod fanout;

@@ -639,7 +639,8 @@ fn schedule(seed: u64, s3: bool) -> Result<(usize, usize), String> {
                 exited[i] = child.try_wait().unwrap();
             }
         }
-        let stopped = waiting(&children);
+        let dirs: Vec<PathBuf> = children.iter().map(|(_, d)| d.clone()).collect();
+        let stopped = waiting(&dirs);
         if stopped.is_empty() {
             if exited.iter().all(Option::is_some) {
                 break;
@@ -749,7 +750,7 @@ fn schedule(seed: u64, s3: bool) -> Result<(usize, usize), String> {
 
 /// Whether no thread of process `pid` is running or in uninterruptible I/O (a gone
 /// process is asleep).
-fn asleep(pid: u32) -> bool {
+pub(crate) fn asleep(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return true;
     };
@@ -760,10 +761,11 @@ fn asleep(pid: u32) -> bool {
     })
 }
 
-/// The step files of stopped writers that were not let go yet.
-fn waiting(children: &[(Child, PathBuf)]) -> Vec<PathBuf> {
+/// The step files of stopped writers (each stepping in its own directory of `dirs`)
+/// that were not let go yet.
+pub(crate) fn waiting(dirs: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for (_, dir) in children {
+    for dir in dirs {
         let Ok(rd) = std::fs::read_dir(dir) else {
             continue;
         };

@@ -127,6 +127,10 @@ struct PendingPartition {
     adds: Vec<Add>,
     /// Live files a merge kept as they are.
     kept: Vec<String>,
+    /// For a merge: the live version of the partition its rows were computed from,
+    /// which its commit must still find (another writer's commit in between is a
+    /// conflict: its rows were not read). `None` for a replace.
+    expected: Option<Option<Version>>,
     /// The arrow schema of the whole table it was written with (data and partition
     /// columns).
     schema: SchemaRef,
@@ -186,10 +190,17 @@ struct Live {
 
 impl Live {
     /// The version of partition `p` a read-modify-write must find again: its set of
-    /// files; `None` when it has none.
+    /// files (and their deletion vectors); `None` when it has none.
     fn version_of(&self, p: &PartitionPath) -> Option<Version> {
         let files = self.files.get(p)?;
-        let mut paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        // A file's rows change with its deletion vector.
+        let mut paths: Vec<String> = files
+            .iter()
+            .map(|f| match &f.deletion_vector {
+                Some(dv) => format!("{}#{dv:?}", f.path),
+                None => f.path.clone(),
+            })
+            .collect();
         paths.sort_unstable();
         Some(Version(format!(
             "{:016x}",
@@ -380,6 +391,12 @@ impl DeltaLake {
                  Delta reader and give idem its rows as Parquet"
             ),
         };
+        if let Some(feature) = features(&live.state, "reader")
+            .into_iter()
+            .find(|f| !READ.contains(&f.as_str()))
+        {
+            return Err(refuse(&format!("the Delta feature `{feature}`")));
+        }
         if column_mapping(&live.state) {
             return Err(refuse("column mapping"));
         }
@@ -427,10 +444,10 @@ impl DeltaLake {
         }))
     }
 
-    /// Refuses a table with rules idem's commits would not keep: columns stored under
-    /// other names (column mapping), no replacing (append-only), a change data feed to
-    /// write, constraints, invariants, generated or identity columns to enforce. The protocol check of the
-    /// commit itself refuses features no writer here knows (row tracking, say).
+    /// Refuses a table with rules idem's commits would not keep: a table feature not in
+    /// [`KEPT`], columns stored under other names (column mapping), no replacing
+    /// (append-only), a change data feed to write, constraints, invariants, generated
+    /// or identity columns to enforce.
     pub fn writable_or_absent(&self) -> Result<()> {
         match self.live()? {
             Some(live) => self.writable(&live.state),
@@ -447,6 +464,11 @@ impl DeltaLake {
                  the tool that made it"
             ),
         };
+        let mut listed = features(state, "reader");
+        listed.extend(features(state, "writer"));
+        if let Some(feature) = listed.into_iter().find(|f| !KEPT.contains(&f.as_str())) {
+            return Err(refuse(format!("the Delta feature `{feature}`")));
+        }
         let config = state.table_config();
         if column_mapping(state) {
             return Err(refuse("column mapping".into()));
@@ -860,6 +882,16 @@ impl DeltaLake {
                 if same_rows && !live_files.is_empty() {
                     continue;
                 }
+                // A merge's partition changed since the merge read it (an append of
+                // another writer, say): removing its files would drop rows the merge
+                // never saw.
+                if let Some(expected) = &p.expected
+                    && live.as_ref().and_then(|l| l.version_of(&p.partition)) != *expected
+                {
+                    return Err(Error::Conflict {
+                        partition: p.partition.to_string(),
+                    });
+                }
                 let kept_still = p
                     .kept
                     .iter()
@@ -1043,6 +1075,52 @@ impl DeltaLake {
             );
         StructType::try_new(fields).map_err(self.delta_err("the table's schema"))
     }
+}
+
+/// The table features idem's commits keep: those of the legacy writer versions, each
+/// refused by [`DeltaLake::writable`] when a table puts it to use (an append-only
+/// table, constraints, a change data feed...), timestamps without a time zone, which
+/// idem writes, and deletion vectors, which idem's removes name. Any other feature
+/// the protocol lists (row tracking, domain metadata, clustering, v2 checkpoints,
+/// Iceberg compatibility, type widening, in-commit timestamps, variants, collations,
+/// column defaults, checkpoint protection, catalog-managed tables, and whatever comes
+/// next) asks writers for work idem does not do, and is refused before anything is
+/// written.
+const KEPT: [&str; 9] = [
+    "appendOnly",
+    "invariants",
+    "checkConstraints",
+    "changeDataFeed",
+    "generatedColumns",
+    "columnMapping",
+    "identityColumns",
+    "timestampNtz",
+    "deletionVectors",
+];
+
+/// The reader features a table read as a source may list: timestamps without a time
+/// zone, v2 checkpoints (which the log reader reads), a vacuum protocol check (nothing
+/// for a reader to do), and column mapping and deletion vectors, which
+/// [`DeltaLake::scan`] refuses when a table uses them. Writer features ask nothing of
+/// a reader.
+const READ: [&str; 5] = [
+    "timestampNtz",
+    "v2Checkpoint",
+    "vacuumProtocolCheck",
+    "columnMapping",
+    "deletionVectors",
+];
+
+/// The table features the protocol names for `who` (`reader`, `writer`), as it
+/// spells them; none for a table of the legacy versions, whose features idem knows.
+fn features(state: &DeltaTableState, who: &str) -> Vec<String> {
+    let protocol = serde_json::to_value(state.protocol()).unwrap_or_default();
+    protocol[format!("{who}Features")]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str().map(str::to_string))
+        .collect()
 }
 
 /// Whether the table stores its columns under names other than its schema's.
@@ -1346,6 +1424,7 @@ impl CommitBackend for DeltaLake {
                 staged: written.dir.clone(),
                 adds,
                 kept,
+                expected: written.expected,
                 schema,
                 restated: None,
             });
@@ -1432,6 +1511,7 @@ mod tests {
             staged: PathBuf::new(),
             adds: vec![],
             kept: vec![],
+            expected: None,
             schema: Arc::new(Schema::empty()),
             restated: None,
         };
