@@ -364,6 +364,17 @@ key = ["order_id"]
         }
     }
 
+    /// The table before a schedule: every day from source A, one commit each.
+    fn base(&self) -> Result<(), String> {
+        let days = ["--from", DAYS[0], "--to", DAYS[2]];
+        let args = [&["backfill", "jobs/rep_a.toml"][..], &days].concat();
+        let out = idem_in(self.lake.path(), &args, &[]);
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(())
+    }
+
     fn source(&self, b: bool, day: &str) -> Vec<Row> {
         self.sources[b as usize]
             .get(day)
@@ -405,21 +416,7 @@ struct Stats {
 fn schedule(seed: u64) -> Result<Stats, String> {
     let mut rng = Lcg(seed);
     let world = World::new();
-    let base = idem_in(
-        world.lake.path(),
-        &[
-            "backfill",
-            "jobs/rep_a.toml",
-            "--from",
-            DAYS[0],
-            "--to",
-            DAYS[2],
-        ],
-        &[],
-    );
-    if !base.status.success() {
-        return Err(String::from_utf8_lossy(&base.stderr).into_owned());
-    }
+    world.base()?;
 
     // One of idem's writers that commits, the next in turn with each eight seeds; one
     // operation of the other writer, the next in turn with each seed (so any eight
@@ -765,22 +762,7 @@ fn rows_and_model(world: &World) -> (BTreeSet<Row>, BTreeSet<Row>) {
 fn a_merge_never_removes_rows_another_writer_added_after_its_read() {
     let world = World::new();
     let lake = world.lake.path();
-    let ok = |args: &[&str]| {
-        let out = idem_in(lake, args, &[]);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    ok(&[
-        "backfill",
-        "jobs/rep_a.toml",
-        "--from",
-        DAYS[0],
-        "--to",
-        DAYS[2],
-    ]);
+    world.base().unwrap();
     let hooks = tempfile::tempdir().unwrap();
     let merge = Command::new(bin())
         .args(["run", "jobs/merge.toml", "--date", DAYS[0]])
