@@ -206,6 +206,21 @@ impl Model {
         }
     }
 
+    /// The table as the commits of `state` (`readers.py delta-state`'s answer) make
+    /// it, applied in the log's order.
+    fn of_log(state: &Value, world: &World) -> Result<Model, String> {
+        let mut states: Vec<Model> = Vec::new();
+        let mut model = Model::default();
+        for c in state["history"].as_array().unwrap() {
+            if c["version"].as_u64() != Some(states.len() as u64) {
+                return Err(format!("a gap in the log before {c}"));
+            }
+            model.apply(c, &states, world)?;
+            states.push(model.clone());
+        }
+        Ok(model)
+    }
+
     /// What commit `c` (an entry of `readers.py delta-state`'s history) does, given
     /// the states of the versions before it.
     fn apply(&mut self, c: &Value, states: &[Model], world: &World) -> Result<(), String> {
@@ -588,17 +603,7 @@ fn schedule(seed: u64) -> Result<Stats, String> {
         ));
     }
     let state: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut states: Vec<Model> = Vec::new();
-    let mut model = Model::default();
-    for c in state["history"].as_array().unwrap() {
-        if c["version"].as_u64() != Some(states.len() as u64) {
-            return Err(format!("a gap in the log before {c}"));
-        }
-        model
-            .apply(c, &states, &world)
-            .map_err(|e| format!("{e} (of {})", names()))?;
-        states.push(model.clone());
-    }
+    let model = Model::of_log(&state, &world).map_err(|e| format!("{e} (of {})", names()))?;
     let columns: BTreeSet<String> = state["columns"]
         .as_array()
         .unwrap()
@@ -738,12 +743,7 @@ fn random_schedules_with_another_delta_writer_end_as_the_log_says() {
 /// The rows of the table now, and its state as the model of its log says.
 fn rows_and_model(world: &World) -> (BTreeSet<Row>, BTreeSet<Row>) {
     let state = readers(&["delta-state", world.table().to_str().unwrap()]);
-    let mut states = Vec::new();
-    let mut model = Model::default();
-    for c in state["history"].as_array().unwrap() {
-        model.apply(c, &states, world).unwrap();
-        states.push(model.clone());
-    }
+    let model = Model::of_log(&state, world).unwrap();
     let rows = state["rows"]
         .as_array()
         .unwrap()
