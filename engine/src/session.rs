@@ -178,10 +178,14 @@ fn runtime(job: &Job) -> Arc<RuntimeEnv> {
         .with_cache_manager(caches)
         .build_arc()
         .expect("a runtime of the default settings and these caches is valid");
-    // Local files are read through recycled buffers (see idem_io::local_reads).
+    // Local files are read through recycled buffers (see idem_io::local_reads), and a
+    // listing fails on an empty `.parquet` file, naming it.
     runtime.register_object_store(
         datafusion::execution::object_store::ObjectStoreUrl::local_filesystem().as_ref(),
-        Arc::new(idem_io::local_reads::LocalReads::new()),
+        Arc::new(idem_io::empty_parquet::RefuseEmpty::new(
+            Arc::new(idem_io::local_reads::LocalReads::new()),
+            "",
+        )),
     );
     runtime
 }

@@ -2,10 +2,8 @@
 //!
 //! DataFusion skips empty files, and a Parquet file is never empty: one is a truncated
 //! copy or a failed write, and a run that read around it would publish a partition
-//! without its rows. A listing through [`RefuseEmpty`] (or [`LocalReads`]) that meets
-//! one fails with [`EmptyParquet`] naming it, on disk or on a store alike.
-//!
-//! [`LocalReads`]: crate::local_reads::LocalReads
+//! without its rows. A listing through [`RefuseEmpty`] that meets one fails with
+//! [`EmptyParquet`] naming it, on disk or on a store alike.
 
 use std::sync::Arc;
 
@@ -39,7 +37,7 @@ impl std::error::Error for EmptyParquet {}
 
 /// `meta` itself, or the error for an empty Parquet file, named as `base` (a store's
 /// URL without a trailing `/`, or empty on disk) joined with its location.
-pub(crate) fn not_empty(meta: ObjectMeta, base: &str) -> Result<ObjectMeta> {
+fn not_empty(meta: ObjectMeta, base: &str) -> Result<ObjectMeta> {
     if meta.size == 0 && meta.location.as_ref().ends_with(".parquet") {
         return Err(object_store::Error::Generic {
             store: "listing",

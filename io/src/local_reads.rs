@@ -12,8 +12,8 @@
 //!
 //! Only `get_ranges`, the scan's path, is served this way; every other call, and any
 //! read this path cannot complete, goes to object_store's local store, so errors read
-//! exactly as they always have. One exception: a listing that meets a `.parquet` file
-//! of zero bytes fails naming it, as [`crate::empty_parquet`] says.
+//! exactly as they always have. (Queries list through [`crate::empty_parquet`], which
+//! refuses an empty `.parquet` file.)
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -25,8 +25,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use object_store::local::LocalFileSystem;
-
-use crate::empty_parquet::not_empty;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
@@ -103,11 +101,7 @@ impl ObjectStore for LocalReads {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        use futures::StreamExt as _;
-        self.inner
-            .list(prefix)
-            .map(|meta| meta.and_then(|m| not_empty(m, "")))
-            .boxed()
+        self.inner.list(prefix)
     }
 
     fn list_with_offset(
@@ -115,21 +109,11 @@ impl ObjectStore for LocalReads {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        use futures::StreamExt as _;
-        self.inner
-            .list_with_offset(prefix, offset)
-            .map(|meta| meta.and_then(|m| not_empty(m, "")))
-            .boxed()
+        self.inner.list_with_offset(prefix, offset)
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        let listed = self.inner.list_with_delimiter(prefix).await?;
-        let objects = listed
-            .objects
-            .into_iter()
-            .map(|m| not_empty(m, ""))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(ListResult { objects, ..listed })
+        self.inner.list_with_delimiter(prefix).await
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
